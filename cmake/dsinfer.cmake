@@ -1,0 +1,27 @@
+# dsinfer_part(NAME <part> [DEPS <targets...>] [PRIVATE_DEPS <targets...>])
+# One static library per part of the map, from every .cpp below src/<part>.
+function(dsinfer_part)
+  cmake_parse_arguments(P "" "NAME" "DEPS;PRIVATE_DEPS" ${ARGN})
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  add_library(dsinfer_${P_NAME} STATIC ${srcs})
+  target_include_directories(dsinfer_${P_NAME} PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  target_link_libraries(dsinfer_${P_NAME} PUBLIC ${P_DEPS} PRIVATE ${P_PRIVATE_DEPS})
+endfunction()
+
+# dsinfer_gtest(NAME <exe> SOURCES <files...> DEPS <targets...> [LABELS <labels...>])
+# A GoogleTest executable registered with ctest. Unit tests carry the label "unit" so the
+# sanitizer run can select them.
+function(dsinfer_gtest)
+  cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${T_NAME} PRIVATE
+    DSINFER_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    DSINFER_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared"
+    DSINFER_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  if(NOT T_LABELS)
+    set(T_LABELS unit)
+  endif()
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME} --gtest_brief=1)
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 900)
+endfunction()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Configures and builds one preset (default: release). Usage: scripts/build.sh [release|asan|fuzz] [targets...]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+preset="${1:-release}"
+shift || true
+cd "$here"
+if [ ! -f "build/$preset/build.ninja" ]; then
+  cmake --preset "$preset" >/dev/null
+fi
+if [ $# -gt 0 ]; then
+  cmake --build --preset "$preset" --target "$@"
+else
+  cmake --build --preset "$preset"
+fi

@@ -5,9 +5,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 preset="${1:-release}"
 shift || true
 cd "$here"
-if [ ! -f "build/$preset/build.ninja" ]; then
-  cmake --preset "$preset" >/dev/null
-fi
+# Always configure: cheap, and it picks up parts added since the last run.
+cmake --preset "$preset" >/dev/null
 if [ $# -gt 0 ]; then
   cmake --build --preset "$preset" --target "$@"
 else

@@ -1,8 +1,13 @@
-# dsinfer_part(NAME <part> [DEPS <targets...>] [PRIVATE_DEPS <targets...>])
-# One static library per part of the map, from every .cpp below src/<part>.
+# dsinfer_part(NAME <part> [NON_RECURSIVE] [DEPS <targets...>] [PRIVATE_DEPS <targets...>])
+# One static library per part of the map, from every .cpp below the current folder (only the folder
+# itself with NON_RECURSIVE, for parts whose subfolders are libraries of their own).
 function(dsinfer_part)
-  cmake_parse_arguments(P "" "NAME" "DEPS;PRIVATE_DEPS" ${ARGN})
-  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  cmake_parse_arguments(P "NON_RECURSIVE" "NAME" "DEPS;PRIVATE_DEPS" ${ARGN})
+  if(P_NON_RECURSIVE)
+    file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  else()
+    file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  endif()
   add_library(dsinfer_${P_NAME} STATIC ${srcs})
   target_include_directories(dsinfer_${P_NAME} PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(dsinfer_${P_NAME} PUBLIC ${P_DEPS} PRIVATE ${P_PRIVATE_DEPS})

@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""Compares two logit matrices [T, vocab] (A = candidate, B = reference):
+
+  /usr/bin/python3 reference/compare.py A.npy B.npy [--max-median-rel 1e-4] [--min-argmax 0.99] [--label NAME]
+
+Prints the per-row relative error ||a-b||/||b|| (median, max, worst row), the argmax agreement, and for
+every argmax flip its position, both argmaxes, the top-2 margin in each matrix, and how far each matrix
+places the other's choice below its own. Exits 1 when a given threshold fails, 2 on unusable input.
+"""
+import argparse
+import sys
+
+import numpy as np
+
+
+def top2(row):
+    i2 = np.argpartition(row, -2)[-2:]
+    i2 = i2[np.argsort(-row[i2], kind="stable")]
+    return int(i2[0]), float(row[i2[0]] - row[i2[1]])
+
+
+def compare(a, b):
+    """Returns a dict of statistics; a and b are float arrays of equal 2-D shape."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    num = np.linalg.norm(a64 - b64, axis=1)
+    den = np.linalg.norm(b64, axis=1)
+    rel = num / np.maximum(den, np.finfo(np.float64).tiny)
+    am, bm = a64.argmax(axis=1), b64.argmax(axis=1)
+    flips = []
+    for p in np.nonzero(am != bm)[0]:
+        ia, ma = top2(a64[p])
+        ib, mb = top2(b64[p])
+        flips.append({
+            "pos": int(p), "argmax_a": ia, "argmax_b": ib, "margin_a": ma, "margin_b": mb,
+            "a_gap": float(a64[p, ia] - a64[p, ib]), "b_gap": float(b64[p, ib] - b64[p, ia]),
+        })
+    return {
+        "rows": a.shape[0], "median_rel": float(np.median(rel)), "max_rel": float(rel.max()),
+        "worst_row": int(rel.argmax()), "argmax_agree": float((am == bm).mean()), "flips": flips,
+        "finite": bool(np.isfinite(a64).all() and np.isfinite(b64).all()),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("a", help="candidate logits .npy")
+    ap.add_argument("b", help="reference logits .npy (the norm in the relative error is B's)")
+    ap.add_argument("--max-median-rel", type=float, help="fail when the median relative error exceeds this")
+    ap.add_argument("--max-rel", type=float, help="fail when the worst row's relative error exceeds this")
+    ap.add_argument("--min-argmax", type=float, help="fail when the argmax agreement fraction is below this")
+    ap.add_argument("--label", default="", help="name printed with the summary")
+    args = ap.parse_args()
+
+    try:
+        a, b = np.load(args.a), np.load(args.b)
+    except (OSError, ValueError) as e:
+        print(f"compare: cannot read input: {e}", file=sys.stderr)
+        return 2
+    if a.ndim != 2 or a.shape != b.shape:
+        print(f"compare: shapes differ or are not 2-D: {args.a} {a.shape} vs {args.b} {b.shape}", file=sys.stderr)
+        return 2
+    if a.shape[0] == 0:
+        print("compare: no rows", file=sys.stderr)
+        return 2
+    s = compare(a, b)
+    tag = f"[{args.label}] " if args.label else ""
+    print(f"{tag}rows {s['rows']}  rel err median {s['median_rel']:.3e}  max {s['max_rel']:.3e} "
+          f"(row {s['worst_row']})  argmax agree {100 * s['argmax_agree']:.2f}% ({len(s['flips'])} flips)")
+    for f in s["flips"]:
+        print(f"{tag}  flip at pos {f['pos']}: A argmax {f['argmax_a']} (top-2 margin {f['margin_a']:.3e}, "
+              f"B's choice {f['a_gap']:.3e} below), B argmax {f['argmax_b']} (top-2 margin {f['margin_b']:.3e}, "
+              f"A's choice {f['b_gap']:.3e} below)")
+    failed = []
+    if not s["finite"]:
+        failed.append("non-finite values")
+    if args.max_median_rel is not None and not s["median_rel"] <= args.max_median_rel:
+        failed.append(f"median rel err {s['median_rel']:.3e} > {args.max_median_rel:g}")
+    if args.max_rel is not None and not s["max_rel"] <= args.max_rel:
+        failed.append(f"max rel err {s['max_rel']:.3e} > {args.max_rel:g}")
+    if args.min_argmax is not None and not s["argmax_agree"] >= args.min_argmax:
+        failed.append(f"argmax agreement {s['argmax_agree']:.4f} < {args.min_argmax:g}")
+    if failed:
+        print(f"{tag}FAIL: " + "; ".join(failed))
+        return 1
+    print(f"{tag}PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

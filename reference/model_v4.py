@@ -1,0 +1,460 @@
+"""Independent plain-PyTorch reference of DeepseekV4ForCausalLM (DeepSeek-V4-Flash), written from
+/work/shared/specs/model-v4.md §2 (section numbers in the comments refer to that spec).
+
+One-pass prefill from position 0 over a whole prompt, logits at every position (position-wise
+semantics of §2.13), plus the MTP block (§2.12). Computed layer by layer over the whole sequence in
+float64 (or float32) on exactly decoded weights.
+
+Numerics (§2.14):
+  * "plain" (default): no rounding of activations anywhere, except the KV FP8 QDQ (448 nope dims,
+    block 64) and the indexer FP4 QDQ (block 32), which are part of the model (QAT). `kv_qdq=False`
+    turns both off.
+  * "reference": additionally FP8 QDQ of the activation (block 128) in front of every GEMM whose
+    weight is FP8/FP4 in the checkpoint, and bf16 rounding where the official code stores bf16.
+    Only statistically comparable (§2.14).
+"""
+import json
+import math
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import formats
+from safetensors_io import Checkpoint
+
+
+class Config:
+    """The fields of a Hugging Face V4 config.json this reference uses (§1.1)."""
+
+    def __init__(self, d):
+        def need(k):
+            if k not in d:
+                raise ValueError(f"config.json: missing field {k}")
+            return d[k]
+
+        self.vocab = need("vocab_size")
+        self.dim = need("hidden_size")
+        self.n_layers = need("num_hidden_layers")
+        self.n_heads = need("num_attention_heads")
+        self.head_dim = need("head_dim")
+        self.rope_dim = need("qk_rope_head_dim")
+        self.q_lora = need("q_lora_rank")
+        self.o_groups = need("o_groups")
+        self.o_lora = need("o_lora_rank")
+        self.window = need("sliding_window")
+        self.ratios = list(need("compress_ratios"))
+        self.compress_rope_theta = float(need("compress_rope_theta"))
+        self.rope_theta = float(need("rope_theta"))
+        rs = d.get("rope_scaling") or {}
+        self.rope_factor = float(rs.get("factor", 1.0))
+        self.original_seq_len = int(rs.get("original_max_position_embeddings", 0)) if rs else 0
+        self.beta_fast = float(rs.get("beta_fast", 32))
+        self.beta_slow = float(rs.get("beta_slow", 1))
+        self.index_heads = need("index_n_heads")
+        self.index_dim = need("index_head_dim")
+        self.index_topk = need("index_topk")
+        self.moe_inter = need("moe_intermediate_size")
+        self.n_experts = need("n_routed_experts")
+        self.n_shared = d.get("n_shared_experts", 1)
+        self.topk = need("num_experts_per_tok")
+        self.n_hash = d.get("num_hash_layers", 0)
+        self.route_scale = float(d.get("routed_scaling_factor", 1.0))
+        self.swiglu_limit = float(d.get("swiglu_limit", 0.0))
+        self.hc = need("hc_mult")
+        self.sinkhorn_iters = need("hc_sinkhorn_iters")
+        self.hc_eps = float(need("hc_eps"))
+        self.norm_eps = float(d.get("rms_norm_eps", 1e-6))
+        self.n_mtp = d.get("num_nextn_predict_layers", 0)
+        if d.get("scoring_func", "sqrtsoftplus") != "sqrtsoftplus":
+            raise ValueError(f"config.json: scoring_func {d.get('scoring_func')} is not supported (sqrtsoftplus only)")
+        if self.n_shared != 1:
+            raise ValueError(f"config.json: n_shared_experts must be 1, is {self.n_shared}")
+        if len(self.ratios) < self.n_layers + self.n_mtp:
+            raise ValueError(f"config.json: compress_ratios has {len(self.ratios)} entries, needs "
+                             f"num_hidden_layers + MTP layers = {self.n_layers + self.n_mtp}")
+        if self.n_heads % self.o_groups:
+            raise ValueError("config.json: num_attention_heads must be divisible by o_groups")
+
+    @staticmethod
+    def load(model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            return Config(json.load(f))
+
+
+# ---------------------------------------------------------------------------------------------
+# Small building blocks
+
+
+def rms_norm(x, weight, eps):
+    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    return y * weight if weight is not None else y
+
+
+def hadamard_matrix(n, dtype=torch.float64):
+    """Orthonormal Sylvester Walsh-Hadamard matrix in natural order: H[i][j] = (-1)^popcount(i&j)/sqrt(n)."""
+    if n & (n - 1):
+        raise ValueError(f"Hadamard size {n} is not a power of two")
+    i = torch.arange(n)
+    bits = i[:, None] & i[None, :]
+    parity = torch.zeros(n, n, dtype=torch.int64)
+    while bool(bits.any()):
+        parity ^= bits & 1
+        bits = bits >> 1
+    return (1.0 - 2.0 * parity.to(dtype)) / math.sqrt(n)
+
+
+def sinkhorn(c, iters, eps):
+    """§2.3.1 step 5: row softmax (+eps), column normalisation, then iters-1 x (row, column)."""
+    c = torch.softmax(c, dim=-1) + eps
+    c = c / (c.sum(dim=-2, keepdim=True) + eps)
+    for _ in range(iters - 1):
+        c = c / (c.sum(dim=-1, keepdim=True) + eps)
+        c = c / (c.sum(dim=-2, keepdim=True) + eps)
+    return c
+
+
+def rope_inv_freqs(cfg, ratio):
+    """Inverse frequencies f_i (i < rd/2) of one layer (§2.4.1), computed in fp32 as the official
+    table is: base 10000 without YaRN for ratio 0, compress_rope_theta with YaRN otherwise."""
+    rd = cfg.rope_dim
+    base = cfg.compress_rope_theta if ratio else cfg.rope_theta
+    f = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=torch.float32) / rd))
+    if ratio and cfg.original_seq_len > 0:
+        def corr(rot):
+            return rd * math.log(cfg.original_seq_len / (rot * 2 * math.pi)) / (2 * math.log(base))
+        low = max(math.floor(corr(cfg.beta_fast)), 0)
+        high = min(math.ceil(corr(cfg.beta_slow)), rd - 1)
+        if low == high:
+            high += 0.001
+        ramp = torch.clamp((torch.arange(rd // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+        f = f / cfg.rope_factor * ramp + f * (1 - ramp)
+    return f
+
+
+def rope(x, angles):
+    """Interleaved RoPE on the last dim of x: pairs (2i, 2i+1) rotated by angles[..., i].
+    `angles` broadcasts against x[..., 0::2]."""
+    xr, xi = x[..., 0::2], x[..., 1::2]
+    c, s = torch.cos(angles), torch.sin(angles)
+    return torch.stack([xr * c - xi * s, xr * s + xi * c], dim=-1).flatten(-2)
+
+
+def rope_tail(x, angles, rd):
+    """RoPE on the last rd elements of x only."""
+    return torch.cat([x[..., :-rd], rope(x[..., -rd:], angles)], dim=-1)
+
+
+def sqrt_softplus(x):
+    return torch.sqrt(torch.clamp(x, min=0) + torch.log1p(torch.exp(-x.abs())))
+
+
+def topk_lower_index_on_ties(scores, k):
+    """Indices of the k largest values per row; exact ties go to the lower index."""
+    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
+    return order[..., :k]
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class DeepseekV4Reference:
+    def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, numerics="plain", trace=False):
+        if numerics not in ("plain", "reference"):
+            raise ValueError(f"numerics must be 'plain' or 'reference', not {numerics}")
+        self.cfg = Config.load(model_dir)
+        self.ckpt = Checkpoint(model_dir)
+        self.dtype = dtype
+        self.kv_qdq = kv_qdq
+        self.ref = numerics == "reference"
+        self.trace = {} if trace else None
+        self._head = None
+        self._hadamard = hadamard_matrix(self.cfg.index_dim, dtype)
+
+    # --- weights and numerics hooks ------------------------------------------------------------
+
+    def w(self, name):
+        return torch.from_numpy(self.ckpt.weight(name)).to(self.dtype)
+
+    def p(self, name):
+        """A small non-GEMM parameter (norm weights, hc_*, ape, sink, bias) as a tensor."""
+        return torch.from_numpy(self.ckpt.plain(name).astype(np.float64)).to(self.dtype)
+
+    def bf(self, x):
+        """bf16 storage rounding, only in 'reference' numerics."""
+        return formats.round_bf16(x) if self.ref else x
+
+    def lin(self, x, name, out_bf16=True):
+        """x @ W^T. In 'reference' numerics: activation FP8 QDQ (block 128) in front of FP8/FP4
+        weights and bf16 output where the official GEMM writes bf16."""
+        wname = name + ".weight"
+        if self.ref and self.ckpt.is_quantized(wname):
+            x = formats.fp8_qdq(x, 128)
+        y = x @ self.w(wname).T
+        return self.bf(y) if out_bf16 else y
+
+    def norm(self, x, name):
+        return self.bf(rms_norm(x, self.p(name + ".weight"), self.cfg.norm_eps))
+
+    def kv_fp8(self, x):
+        """FP8 QDQ of the nope dims of KV vectors (§2.10), rope dims untouched."""
+        if not self.kv_qdq:
+            return x
+        rd = self.cfg.rope_dim
+        return torch.cat([formats.fp8_qdq(x[..., :-rd], 64), x[..., -rd:]], dim=-1)
+
+    def idx_fp4(self, x):
+        return formats.fp4_qdq(x, 32) if self.kv_qdq else x
+
+    def angles(self, positions, ratio):
+        f = rope_inv_freqs(self.cfg, ratio).to(self.dtype)
+        return positions.to(self.dtype)[:, None] * f[None, :]
+
+    def _record(self, key, value):
+        if self.trace is not None:
+            self.trace[key] = value.detach().clone() if torch.is_tensor(value) else value
+
+    # --- mHC (§2.3) ------------------------------------------------------------------------------
+
+    def hc_mix(self, X, prefix):
+        cfg = self.cfg
+        T, hc, d = X.shape
+        v = X.reshape(T, hc * d)
+        rho = torch.rsqrt(v.square().mean(-1, keepdim=True) + cfg.norm_eps)
+        m = (v @ self.p(prefix + "_fn").T) * rho
+        s, b = self.p(prefix + "_scale"), self.p(prefix + "_base")
+        pre = torch.sigmoid(m[:, :hc] * s[0] + b[:hc]) + cfg.hc_eps
+        post = 2 * torch.sigmoid(m[:, hc:2 * hc] * s[1] + b[hc:2 * hc])
+        comb = (m[:, 2 * hc:] * s[2] + b[2 * hc:]).view(T, hc, hc)
+        comb = sinkhorn(comb, cfg.sinkhorn_iters, cfg.hc_eps)
+        return pre, post, comb
+
+    @staticmethod
+    def hc_pre(X, pre):
+        return torch.einsum("tj,tjd->td", pre, X)
+
+    @staticmethod
+    def hc_post(f, X, post, comb):
+        # X'[k] = post[k] f + sum_j comb[j][k] X[j]: contraction over the FIRST index of comb.
+        return post[:, :, None] * f[:, None, :] + torch.einsum("tjk,tjd->tkd", comb, X)
+
+    def hc_head(self, X, prefix):
+        cfg = self.cfg
+        T, hc, d = X.shape
+        v = X.reshape(T, hc * d)
+        rho = torch.rsqrt(v.square().mean(-1, keepdim=True) + cfg.norm_eps)
+        m = (v @ self.p(prefix + "hc_head_fn").T) * rho
+        pre = torch.sigmoid(m * self.p(prefix + "hc_head_scale") + self.p(prefix + "hc_head_base")) + cfg.hc_eps
+        return self.bf(self.hc_pre(X, pre))
+
+    # --- compressor (§2.6) -------------------------------------------------------------------------
+
+    def compressor(self, a, prefix, ratio, width):
+        """Compressed entries [T // ratio, width] of a whole sequence starting at position 0:
+        pooled, (bf16 in 'reference'), RMSNorm, RoPE at position g*ratio. Quantization is left to the caller."""
+        T = a.shape[0]
+        G = T // ratio
+        overlap = ratio == 4
+        c = 2 if overlap else 1
+        positions = torch.arange(T)
+        u = self.lin(a, prefix + "wkv", out_bf16=False)
+        s = self.lin(a, prefix + "wgate", out_bf16=False) + self.p(prefix + "ape")[positions % ratio]
+        if u.shape[1] != c * width:
+            raise ValueError(f"{prefix}wkv has {u.shape[1]} outputs, expected {c * width}")
+        if G == 0:
+            return a.new_zeros(0, width)
+        u = u[:G * ratio].view(G, ratio, c * width)
+        s = s[:G * ratio].view(G, ratio, c * width)
+        if overlap:
+            # Entry g pools the A-half (first `width` channels) of group g-1 and the B-half of group g;
+            # group -1 does not exist (value 0, score -inf).
+            prev_u = torch.cat([u.new_zeros(1, ratio, width), u[:-1, :, :width]], dim=0)
+            prev_s = torch.cat([s.new_full((1, ratio, width), float("-inf")), s[:-1, :, :width]], dim=0)
+            u = torch.cat([prev_u, u[:, :, width:]], dim=1)
+            s = torch.cat([prev_s, s[:, :, width:]], dim=1)
+        z = (torch.softmax(s, dim=1) * u).sum(dim=1)
+        z = self.norm(self.bf(z), prefix + "norm")
+        # RoPE at the first position of the entry's own group, with the layer's (compressed) table.
+        return rope_tail(z, self.angles(torch.arange(G) * ratio, ratio), self.cfg.rope_dim)
+
+    # --- indexer (§2.7.2) ----------------------------------------------------------------------
+
+    def indexer(self, a, qr, prefix, ang, L):
+        cfg = self.cfg
+        T = a.shape[0]
+        ratio = 4
+        keys = self.compressor(a, prefix + "compressor.", ratio, cfg.index_dim)
+        keys = self.bf(self.idx_fp4(self.bf(keys @ self._hadamard)))
+        G = keys.shape[0]
+        qi = self.lin(qr, prefix + "wq_b").view(T, cfg.index_heads, cfg.index_dim)
+        qi = rope_tail(qi, ang[:, None, :], cfg.rope_dim)
+        qi = self.bf(self.idx_fp4(self.bf(qi @ self._hadamard)))
+        w = self.lin(a, prefix + "weights_proj") * (cfg.index_dim ** -0.5 * cfg.index_heads ** -0.5)
+        dots = torch.einsum("thd,gd->thg", qi, keys)
+        score = (torch.relu(dots) * w[:, :, None]).sum(dim=1)  # [T, G]
+        visible = torch.arange(G)[None, :] < ((torch.arange(T) + 1) // ratio)[:, None]
+        score = score.masked_fill(~visible, float("-inf"))
+        k = min(cfg.index_topk, G)
+        selected = torch.zeros(T, G, dtype=torch.bool)
+        if k > 0:
+            top = topk_lower_index_on_ties(score, k)
+            selected.scatter_(1, top, True)
+        selected &= visible  # fewer than topk visible: all visible ones
+        self._record(f"layer{L}.index_score", score)
+        self._record(f"layer{L}.index_selected", selected)
+        return selected
+
+    # --- attention (§2.4 - §2.9) ------------------------------------------------------------------
+
+    def attention(self, a, prefix, L, positions):
+        cfg = self.cfg
+        T = a.shape[0]
+        nh, hd, rd = cfg.n_heads, cfg.head_dim, cfg.rope_dim
+        ratio = cfg.ratios[L]
+        ang = self.angles(positions, ratio)
+
+        qr = self.norm(self.lin(a, prefix + "wq_a"), prefix + "q_norm")
+        q = self.lin(qr, prefix + "wq_b").view(T, nh, hd)
+        q = self.bf(q * torch.rsqrt(q.square().mean(-1, keepdim=True) + cfg.norm_eps))
+        q = rope_tail(q, ang[:, None, :], rd)
+
+        kv = self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm")
+        kv = self.kv_fp8(rope_tail(kv, ang, rd))
+
+        pq = positions[:, None]
+        pk = positions[None, :]
+        mask_win = (pk <= pq) & (pk > pq - cfg.window)
+        keys, mask = kv, mask_win
+        if ratio:
+            # Compressed positions are relative to the sequence start: this reference always
+            # prefills from position 0 (positions == arange(T)).
+            comp = self.kv_fp8(self.compressor(a, prefix + "compressor.", ratio, hd))
+            G = comp.shape[0]
+            visible = torch.arange(G)[None, :] < ((positions + 1) // ratio)[:, None]
+            if ratio == 4:
+                mask_comp = self.indexer(a, qr, prefix + "indexer.", ang, L) & visible
+            else:
+                mask_comp = visible
+            keys = torch.cat([kv, comp], dim=0)
+            mask = torch.cat([mask_win, mask_comp], dim=1)
+            self._record(f"layer{L}.compressed_kv", comp)
+
+        # Sink-softmax core (§2.9): the sink is an extra logit whose value vector is zero.
+        logits = torch.einsum("thd,jd->thj", q, keys) * hd ** -0.5
+        logits = logits.masked_fill(~mask[:, None, :], float("-inf"))
+        sink = self.p(prefix + "attn_sink")
+        logits = torch.cat([logits, sink[None, :, None].expand(T, nh, 1)], dim=-1)
+        probs = torch.softmax(logits, dim=-1)[..., :-1]
+        o = self.bf(torch.einsum("thj,jd->thd", self.bf(probs), keys))
+
+        # Undo the query rotation (angle -theta(p)), then the grouped low-rank output.
+        o = rope_tail(o, -ang[:, None, :], rd)
+        g = cfg.o_groups
+        o = o.reshape(T, g, (nh // g) * hd)
+        wo_a = self.bf(self.w(prefix + "wo_a.weight")).view(g, cfg.o_lora, (nh // g) * hd)
+        r = self.bf(torch.einsum("tgi,gri->tgr", o, wo_a))
+        return self.lin(r.reshape(T, g * cfg.o_lora), prefix + "wo_b")
+
+    # --- MoE (§2.11) ---------------------------------------------------------------------------------
+
+    def swiglu(self, x, prefix, weight=None):
+        lim = self.cfg.swiglu_limit
+        g = self.lin(x, prefix + "w1", out_bf16=False)
+        u = self.lin(x, prefix + "w3", out_bf16=False)
+        if self.ref:
+            g, u = self.bf(g), self.bf(u)
+        if lim > 0:
+            u = torch.clamp(u, -lim, lim)
+            g = torch.clamp(g, max=lim)
+        h = F.silu(g) * u
+        if weight is not None:
+            h = weight * h
+        return self.lin(self.bf(h), prefix + "w2")
+
+    def moe(self, x, ids, prefix, L):
+        cfg = self.cfg
+        T = x.shape[0]
+        logits = x @ self.w(prefix + "gate.weight").T
+        sig = sqrt_softplus(logits)
+        if L < cfg.n_hash:
+            table = self.ckpt.raw(prefix + "gate.tid2eid")
+            sel = torch.from_numpy(np.asarray(table[ids.numpy()], dtype=np.int64))
+            if bool(((sel < 0) | (sel >= cfg.n_experts)).any()):
+                raise ValueError(f"{prefix}gate.tid2eid holds expert ids outside [0, {cfg.n_experts})")
+        else:
+            sel = topk_lower_index_on_ties(sig + self.p(prefix + "gate.bias"), cfg.topk)
+        weights = sig.gather(1, sel)
+        weights = weights / weights.sum(dim=-1, keepdim=True) * cfg.route_scale
+        self._record(f"layer{L}.experts", sel)
+        self._record(f"layer{L}.route_weights", weights)
+        y = torch.zeros(T, cfg.dim, dtype=self.dtype)
+        for e in torch.unique(sel).tolist():
+            rows, slot = torch.where(sel == e)
+            y[rows] += self.swiglu(x[rows], f"{prefix}experts.{e}.", weights[rows, slot][:, None])
+        y = y + self.swiglu(x, prefix + "shared_experts.")
+        return self.bf(y)
+
+    # --- blocks and model -----------------------------------------------------------------------------
+
+    def block(self, X, ids, prefix, L, positions):
+        pre, post, comb = self.hc_mix(X, prefix + "hc_attn")
+        a = self.norm(self.bf(self.hc_pre(X, pre)), prefix + "attn_norm")
+        X = self.bf(self.hc_post(self.attention(a, prefix + "attn.", L, positions), X, post, comb))
+        pre, post, comb = self.hc_mix(X, prefix + "hc_ffn")
+        f = self.norm(self.bf(self.hc_pre(X, pre)), prefix + "ffn_norm")
+        X = self.bf(self.hc_post(self.moe(f, ids, prefix + "ffn.", L), X, post, comb))
+        self._record(f"layer{L}.out", X)
+        return X
+
+    def embed(self, ids):
+        rows = self.ckpt.plain("embed.weight", rows=ids.numpy())
+        return torch.from_numpy(rows.astype(np.float64)).to(self.dtype)
+
+    def head(self):
+        if self._head is None:
+            self._head = self.w("head.weight")
+        return self._head
+
+    def logits_from_state(self, X, prefix):
+        y = self.norm(self.hc_head(X, prefix), prefix + "norm")
+        return y @ self.head().T
+
+    def _check_ids(self, ids):
+        ids = torch.as_tensor(ids, dtype=torch.int64)
+        if ids.ndim != 1 or ids.numel() == 0:
+            raise ValueError("prompt ids must be a non-empty 1-D list")
+        bad = (ids < 0) | (ids >= self.cfg.vocab)
+        if bool(bad.any()):
+            p = int(torch.where(bad)[0][0])
+            raise ValueError(f"prompt id {int(ids[p])} at position {p} is outside [0, {self.cfg.vocab})")
+        return ids
+
+    def forward(self, ids):
+        """Returns (logits [T, vocab], final 4-stream state [T, hc, d]) for a prompt from position 0."""
+        ids = self._check_ids(ids)
+        T = ids.numel()
+        positions = torch.arange(T)
+        X = self.bf(self.embed(ids))[:, None, :].repeat(1, self.cfg.hc, 1)
+        for L in range(self.cfg.n_layers):
+            X = self.block(X, ids, f"layers.{L}.", L, positions)
+        return self.logits_from_state(X, ""), X
+
+    def mtp(self, X_main, ids):
+        """MTP logits [T-1, vocab] (§2.12, §2.14 item 13): row p is built from the final 4-stream
+        state at position p and token p+1 (predicts token p+2), at RoPE position p."""
+        cfg = self.cfg
+        if cfg.n_mtp < 1:
+            raise ValueError("config.json: num_nextn_predict_layers is 0; the model has no MTP block")
+        ids = self._check_ids(ids)
+        T = ids.numel()
+        if T < 2:
+            raise ValueError("MTP logits need at least 2 prompt tokens")
+        pre = "mtp.0."
+        L = cfg.n_layers
+        nxt = ids[1:]
+        e = self.norm(self.bf(self.embed(nxt)), pre + "enorm")
+        h = self.norm(X_main[:T - 1], pre + "hnorm")  # per stream
+        X = self.bf(self.lin(e, pre + "e_proj")[:, None, :] + self.lin(h, pre + "h_proj"))
+        X = self.block(X, nxt, pre, L, torch.arange(T - 1))
+        return self.logits_from_state(X, pre)

@@ -1,0 +1,311 @@
+// HTTP mechanics of the server with a small test handler (no model): keep-alive, pipelining, chunked
+// streams, limits, timeouts against slow clients, disconnect notification, connection cap, drain.
+#include "server/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "http_test_client.h"
+
+namespace dsinfer::server {
+namespace {
+
+using testing::http_request;
+using testing::TestClient;
+
+struct Fixture {
+  std::promise<void> disconnected;
+  std::atomic<int> handled{0};
+  std::unique_ptr<HttpServer> server;
+  std::mutex threads_mu;
+  std::vector<std::thread> threads;  // joined before the server goes: they hold exchanges
+
+  explicit Fixture(HttpLimits limits = {}) {
+    server = std::make_unique<HttpServer>(limits, [this](std::shared_ptr<Exchange> ex) { handle(std::move(ex)); });
+    server->listen("127.0.0.1", 0);
+    server->start(2);
+  }
+  ~Fixture() {
+    std::lock_guard lock(threads_mu);
+    for (auto& t : threads) t.join();
+    server->stop();
+  }
+  template <typename F>
+  void spawn(F&& fn) {
+    std::lock_guard lock(threads_mu);
+    threads.emplace_back(std::forward<F>(fn));
+  }
+
+  void handle(std::shared_ptr<Exchange> ex) {
+    handled.fetch_add(1);
+    const auto& req = ex->request();
+    if (req.path == "/echo") {
+      ex->respond(200, "text/plain", req.body, {{"X-Method", req.method}});
+    } else if (req.path == "/stream") {
+      int n = std::stoi(req.target.substr(req.target.find('=') + 1));
+      ex->start_stream(200, "text/event-stream");
+      // Writes from another thread, as the engine's callbacks do.
+      spawn([ex, n] {
+        for (int i = 0; i < n; ++i) ex->write("data: " + std::to_string(i) + "\n\n");
+        ex->end_stream();
+      });
+    } else if (req.path == "/big") {
+      ex->on_disconnect([this] { disconnected.set_value(); });
+      ex->start_stream(200, "application/octet-stream");
+      spawn([ex] {
+        std::string block(1 << 16, 'x');
+        for (int i = 0; i < 4096 && !ex->disconnected(); ++i) ex->write(block);
+        ex->end_stream();
+      });
+    } else if (req.path == "/hold") {
+      ex->on_disconnect([this] { disconnected.set_value(); });
+    } else if (req.path == "/throw") {
+      throw std::runtime_error("boom");
+    } else {
+      ex->respond(404, "text/plain", "no\n");
+    }
+  }
+};
+
+TEST(HttpServer, KeepAliveServesSeveralRequestsOnOneConnection) {
+  Fixture f;
+  TestClient c(f.server->port());
+  for (int i = 0; i < 3; ++i) {
+    c.send(http_request("POST", "/echo", "hello " + std::to_string(i)));
+    auto r = c.read_response();
+    EXPECT_EQ(r.result_int(), 200);
+    EXPECT_EQ(r.body(), "hello " + std::to_string(i));
+    EXPECT_EQ(r["X-Method"], "POST");
+    EXPECT_TRUE(r.keep_alive());
+  }
+  EXPECT_EQ(f.handled.load(), 3);
+}
+
+TEST(HttpServer, PipelinedRequestsAreAnsweredInOrder) {
+  Fixture f;
+  TestClient c(f.server->port());
+  c.send(http_request("POST", "/echo", "first") + http_request("POST", "/echo", "second") +
+         http_request("GET", "/stream?n=3"));
+  EXPECT_EQ(c.read_response().body(), "first");
+  EXPECT_EQ(c.read_response().body(), "second");
+  EXPECT_EQ(c.read_response().body(), "data: 0\n\ndata: 1\n\ndata: 2\n\n");
+}
+
+TEST(HttpServer, StreamIsChunkedAndComplete) {
+  Fixture f;
+  TestClient c(f.server->port());
+  c.send(http_request("GET", "/stream?n=100"));
+  auto r = c.read_response();
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r[boost::beast::http::field::transfer_encoding], "chunked");
+  EXPECT_EQ(r[boost::beast::http::field::content_type], "text/event-stream");
+  std::string expected;
+  for (int i = 0; i < 100; ++i) expected += "data: " + std::to_string(i) + "\n\n";
+  EXPECT_EQ(r.body(), expected);
+  // The connection is still usable after the stream.
+  c.send(http_request("POST", "/echo", "after"));
+  EXPECT_EQ(c.read_response().body(), "after");
+}
+
+TEST(HttpServer, Http10StreamEndsWithTheConnection) {
+  Fixture f;
+  TestClient c(f.server->port());
+  c.send("GET /stream?n=2 HTTP/1.0\r\n\r\n");
+  std::string all = c.read_until_close();
+  EXPECT_NE(all.find("HTTP/1.0 200 OK"), std::string::npos) << all;
+  EXPECT_EQ(all.find("chunked"), std::string::npos) << all;
+  EXPECT_NE(all.find("\r\n\r\ndata: 0\n\ndata: 1\n\n"), std::string::npos) << all;
+}
+
+TEST(HttpServer, ClientDisconnectWhileWaitingIsReported) {
+  Fixture f;
+  auto fired = f.disconnected.get_future();
+  {
+    TestClient c(f.server->port());
+    c.send(http_request("POST", "/hold", "{}"));
+    while (f.handled.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    c.close();
+  }
+  EXPECT_EQ(fired.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  for (int i = 0; i < 2000 && f.server->stats().in_flight.load() != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(f.server->stats().in_flight.load(), 0);
+}
+
+TEST(HttpServer, ReaderThatStopsReadingIsDropped) {
+  HttpLimits limits;
+  limits.max_buffered_bytes = 1 << 20;
+  Fixture f(limits);
+  auto fired = f.disconnected.get_future();
+  TestClient c(f.server->port());
+  c.send(http_request("GET", "/big"));  // 256 MiB that the client never reads
+  EXPECT_EQ(fired.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+}
+
+TEST(HttpServer, DeclaredBodyOverLimitIs413) {
+  HttpLimits limits;
+  limits.max_body_bytes = 1000;
+  Fixture f(limits);
+  TestClient c(f.server->port());
+  c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n");
+  auto r = c.read_response();
+  EXPECT_EQ(r.result_int(), 413);
+  EXPECT_FALSE(r.keep_alive());
+  EXPECT_TRUE(c.closed_by_peer());
+  EXPECT_EQ(f.handled.load(), 0);
+}
+
+TEST(HttpServer, ChunkedBodyOverLimitIs413) {
+  HttpLimits limits;
+  limits.max_body_bytes = 1000;
+  Fixture f(limits);
+  TestClient c(f.server->port());
+  std::string req = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 3; ++i) req += "190\r\n" + std::string(400, 'a') + "\r\n";
+  req += "0\r\n\r\n";
+  c.try_send(req);
+  EXPECT_EQ(c.read_response().result_int(), 413);
+  EXPECT_EQ(f.handled.load(), 0);
+}
+
+TEST(HttpServer, BodyAtTheLimitIsAccepted) {
+  HttpLimits limits;
+  limits.max_body_bytes = 1000;
+  Fixture f(limits);
+  TestClient c(f.server->port());
+  c.send(http_request("POST", "/echo", std::string(1000, 'b')));
+  auto r = c.read_response();
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body().size(), 1000u);
+}
+
+TEST(HttpServer, HugeHeaderIs431) {
+  Fixture f;
+  TestClient c(f.server->port());
+  c.try_send("GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(64 << 10, 'h') + "\r\n\r\n");
+  EXPECT_EQ(c.read_response().result_int(), 431);
+}
+
+TEST(HttpServer, GarbageIs400) {
+  Fixture f;
+  for (std::string garbage : {"NOT HTTP AT ALL\r\n\r\n", "GET / HTTP/1.1\r\nBad Header Line\r\n\r\n",
+                              "POST /echo HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+                              "POST /echo HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"}) {
+    TestClient c(f.server->port());
+    c.send(garbage);
+    auto r = c.read_response();
+    EXPECT_EQ(r.result_int(), 400) << garbage;
+    EXPECT_TRUE(c.closed_by_peer()) << garbage;
+  }
+  EXPECT_EQ(f.handled.load(), 0);
+}
+
+TEST(HttpServer, SlowLorisHeadIsCutWith408) {
+  HttpLimits limits;
+  limits.header_timeout = std::chrono::milliseconds(300);
+  Fixture f(limits);
+  TestClient c(f.server->port());
+  c.send("POST /echo HTTP/1.1\r\nHost: x\r\n");  // and never the rest
+  auto r = c.read_response();
+  EXPECT_EQ(r.result_int(), 408);
+  EXPECT_TRUE(c.closed_by_peer());
+  EXPECT_GE(f.server->stats().timeouts_total.load(), 1);
+}
+
+TEST(HttpServer, SlowBodyIsCutWith408) {
+  HttpLimits limits;
+  limits.body_timeout = std::chrono::milliseconds(300);
+  Fixture f(limits);
+  TestClient c(f.server->port());
+  c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly a part");
+  EXPECT_EQ(c.read_response().result_int(), 408);
+  EXPECT_EQ(f.handled.load(), 0);
+}
+
+TEST(HttpServer, SilentConnectionIsClosed) {
+  HttpLimits limits;
+  limits.header_timeout = std::chrono::milliseconds(300);
+  Fixture f(limits);
+  TestClient c(f.server->port());
+  EXPECT_TRUE(c.closed_by_peer());
+}
+
+TEST(HttpServer, IdleKeepAliveConnectionIsClosed) {
+  HttpLimits limits;
+  limits.idle_timeout = std::chrono::milliseconds(300);
+  Fixture f(limits);
+  TestClient c(f.server->port());
+  c.send(http_request("POST", "/echo", "x"));
+  EXPECT_EQ(c.read_response().result_int(), 200);
+  EXPECT_TRUE(c.closed_by_peer());
+}
+
+TEST(HttpServer, ExpectContinueIsHonoured) {
+  Fixture f;
+  TestClient c(f.server->port());
+  c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  auto interim = c.read_response();
+  EXPECT_EQ(interim.result_int(), 100);
+  c.send("hello");
+  auto r = c.read_response();
+  EXPECT_EQ(r.result_int(), 200);
+  EXPECT_EQ(r.body(), "hello");
+}
+
+TEST(HttpServer, HandlerExceptionIs500) {
+  Fixture f;
+  TestClient c(f.server->port());
+  c.send(http_request("GET", "/throw"));
+  EXPECT_EQ(c.read_response().result_int(), 500);
+}
+
+TEST(HttpServer, ConnectionsOverTheCapGet503) {
+  HttpLimits limits;
+  limits.max_connections = 2;
+  Fixture f(limits);
+  TestClient a(f.server->port()), b(f.server->port());
+  a.send(http_request("POST", "/echo", "a"));
+  b.send(http_request("POST", "/echo", "b"));
+  EXPECT_EQ(a.read_response().result_int(), 200);
+  EXPECT_EQ(b.read_response().result_int(), 200);
+  TestClient c(f.server->port());
+  EXPECT_EQ(c.read_response().result_int(), 503);
+  EXPECT_GE(f.server->stats().rejected_connections_total.load(), 1);
+}
+
+TEST(HttpServer, DrainClosesIdleConnectionsAndStopsAccepting) {
+  Fixture f;
+  TestClient idle(f.server->port());
+  idle.send(http_request("POST", "/echo", "x"));
+  EXPECT_EQ(idle.read_response().result_int(), 200);
+  f.server->begin_drain();
+  EXPECT_TRUE(idle.closed_by_peer());
+  EXPECT_TRUE(f.server->wait_no_exchanges(std::chrono::seconds(5)));
+  bool refused = false;
+  try {
+    TestClient late(f.server->port(), 2);
+    late.try_send(http_request("POST", "/echo", "x"));
+    boost::system::error_code ec;
+    late.read_response(&ec);
+    refused = static_cast<bool>(ec);
+  } catch (const std::exception&) {
+    refused = true;
+  }
+  EXPECT_TRUE(refused);
+}
+
+TEST(HttpServer, ListenOnABusyPortFailsClearly) {
+  Fixture f;
+  HttpServer other({}, [](std::shared_ptr<Exchange>) {});
+  try {
+    other.listen("127.0.0.1", f.server->port());
+    FAIL() << "expected a bind error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot bind"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dsinfer::server

@@ -1,0 +1,172 @@
+// Sink attention, indexer scores and compressor pooling: every SIMD target against the scalar oracle
+// and against a float64 evaluation of the defining formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/index_score.h"
+#include "kernels/cpu/sink_attention.h"
+#include "kernels/cpu/softmax_pool.h"
+#include "kernels/cpu/targets.h"
+
+namespace dsinfer::kernels {
+namespace {
+
+std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// float64 definition of §2.9
+std::vector<double> attention_f64(const std::vector<float>& q, int64_t H, int64_t D, const std::vector<const float*>& rows,
+                                  const std::vector<float>& sink, double scale) {
+  std::vector<double> out(H * D, 0.0);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  for (int64_t h = 0; h < H; ++h) {
+    std::vector<double> l(n);
+    double m = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t i = 0; i < D; ++i) acc += static_cast<double>(q[h * D + i]) * rows[j][i];
+      l[j] = acc * scale;
+      m = std::max(m, l[j]);
+    }
+    double den = std::exp(sink[h] - m);
+    for (int64_t j = 0; j < n; ++j) den += std::exp(l[j] - m);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < D; ++i) out[h * D + i] += std::exp(l[j] - m) / den * rows[j][i];
+  }
+  return out;
+}
+
+TEST(SinkAttention, EveryTargetMatchesScalarAndDefinition) {
+  struct Shape { int64_t heads, dim, n; };
+  for (const Shape s : {Shape{1, 8, 1}, Shape{4, 128, 3}, Shape{4, 128, 40}, Shape{16, 512, 129}, Shape{3, 20, 17}}) {
+    const auto q = random_vec(s.heads * s.dim, 1 + s.n, 0.3f);
+    const auto kv = random_vec(s.n * s.dim, 2 + s.n);
+    auto sink = random_vec(s.heads, 3 + s.n, 2.0f);
+    std::vector<const float*> rows;
+    // Rows in a scrambled order of the storage, as a caller gathering window + compressed rows would pass.
+    for (int64_t j = 0; j < s.n; ++j) rows.push_back(kv.data() + ((j * 7) % s.n) * s.dim);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.dim));
+    const auto exact = attention_f64(q, s.heads, s.dim, rows, sink, scale);
+    std::vector<float> scratch(s.heads * (s.n + 1)), ref(s.heads * s.dim);
+    SinkAttention a;
+    a.q = q.data(); a.heads = s.heads; a.dim = s.dim; a.rows = rows.data(); a.n = s.n; a.sink = sink.data();
+    a.scale = scale; a.scratch = scratch.data(); a.out = ref.data();
+    sink_attention_scalar(a);
+    for (int64_t i = 0; i < s.heads * s.dim; ++i) ASSERT_NEAR(ref[i], exact[i], 1e-5) << "scalar i=" << i;
+    for (const auto& target : available_targets()) {
+      ScopedTarget scope(target);
+      std::vector<float> out(s.heads * s.dim, 123.0f);
+      a.out = out.data();
+      sink_attention(a);
+      for (int64_t i = 0; i < s.heads * s.dim; ++i) ASSERT_NEAR(out[i], ref[i], 2e-6 + 1e-5 * std::fabs(ref[i])) << target.name;
+    }
+  }
+}
+
+TEST(SinkAttention, SinkOnlyInflatesDenominator) {
+  // One row: o = k · e^0 / (e^0 + e^(sink - l)) with l the only logit; a very negative sink gives o = k.
+  const int64_t D = 16;
+  const auto q = random_vec(D, 5);
+  const auto k = random_vec(D, 6);
+  const float* rows[1] = {k.data()};
+  for (float sink : {-100.0f, 0.0f, 3.0f}) {
+    float l = 0;
+    for (int i = 0; i < D; ++i) l += q[i] * k[i];
+    const double frac = 1.0 / (1.0 + std::exp(static_cast<double>(sink) - l));
+    for (const auto& target : available_targets()) {
+      ScopedTarget scope(target);
+      std::vector<float> out(D), scratch(2);
+      SinkAttention a;
+      a.q = q.data(); a.heads = 1; a.dim = D; a.rows = rows; a.n = 1; a.sink = &sink; a.scale = 1.0f;
+      a.out = out.data(); a.scratch = scratch.data();
+      sink_attention(a);
+      for (int i = 0; i < D; ++i) ASSERT_NEAR(out[i], k[i] * frac, 1e-5) << target.name << " sink " << sink;
+    }
+  }
+}
+
+TEST(SinkAttention, Bf16ProbabilitiesAreRounded) {
+  const int64_t H = 2, D = 32, n = 19;
+  const auto q = random_vec(H * D, 8);
+  const auto kv = random_vec(n * D, 9);
+  const auto sink = random_vec(H, 10);
+  std::vector<const float*> rows;
+  for (int64_t j = 0; j < n; ++j) rows.push_back(kv.data() + j * D);
+  std::vector<float> ref(H * D), scratch(H * (n + 1));
+  SinkAttention a;
+  a.q = q.data(); a.heads = H; a.dim = D; a.rows = rows.data(); a.n = n; a.sink = sink.data(); a.scale = 0.2f;
+  a.scratch = scratch.data(); a.bf16_probs = true; a.out = ref.data();
+  sink_attention_scalar(a);
+  for (const auto& target : available_targets()) {
+    ScopedTarget scope(target);
+    std::vector<float> out(H * D);
+    a.out = out.data();
+    sink_attention(a);
+    for (int64_t i = 0; i < H * D; ++i) ASSERT_NEAR(out[i], ref[i], 2e-3 * (1 + std::fabs(ref[i]))) << target.name;
+  }
+}
+
+TEST(IndexScores, EveryTargetMatchesScalarAndDefinition) {
+  for (int64_t heads : {1, 4, 16}) {
+    for (int64_t dim : {32, 64, 128, 40}) {
+      const int64_t n = 37;
+      const auto q = random_vec(heads * dim, heads + dim);
+      const auto w = random_vec(heads, 7 + heads);
+      const auto keys = random_vec(n * dim, 11 + dim);
+      std::vector<float> ref(n);
+      index_scores_scalar(q.data(), w.data(), heads, dim, keys.data(), n, ref.data());
+      for (int64_t t = 0; t < n; ++t) {
+        double exact = 0, mag = 0;
+        for (int64_t h = 0; h < heads; ++h) {
+          double dt = 0;
+          for (int64_t i = 0; i < dim; ++i) dt += static_cast<double>(q[h * dim + i]) * keys[t * dim + i];
+          exact += std::max(dt, 0.0) * w[h];
+          mag += std::fabs(dt * w[h]);
+        }
+        ASSERT_NEAR(ref[t], exact, 1e-5 * (mag + 1));
+      }
+      for (const auto& target : available_targets()) {
+        ScopedTarget scope(target);
+        std::vector<float> out(n);
+        index_scores(q.data(), w.data(), heads, dim, keys.data(), n, out.data());
+        for (int64_t t = 0; t < n; ++t) ASSERT_NEAR(out[t], ref[t], 1e-4 * (1 + std::fabs(ref[t]))) << target.name;
+        // A key's score does not depend on the other keys in the call.
+        std::vector<float> one(1);
+        index_scores(q.data(), w.data(), heads, dim, keys.data() + 5 * dim, 1, one.data());
+        ASSERT_EQ(one[0], out[5]) << target.name;
+      }
+    }
+  }
+}
+
+TEST(SoftmaxPool, MatchesDefinitionAndSkipsMinusInfinity) {
+  const int64_t dim = 9, n = 6;
+  const auto v = random_vec(n * dim, 21);
+  auto s = random_vec(n * dim, 22, 2.0f);
+  for (int64_t c = 0; c < dim; c += 2) s[0 * dim + c] = -INFINITY;  // first candidate absent on even channels
+  std::vector<const float*> vp, sp;
+  for (int64_t t = 0; t < n; ++t) {
+    vp.push_back(v.data() + t * dim);
+    sp.push_back(s.data() + t * dim);
+  }
+  std::vector<float> out(dim), scratch(2 * dim);
+  softmax_pool(vp.data(), sp.data(), n, dim, out.data(), scratch.data());
+  for (int64_t c = 0; c < dim; ++c) {
+    double m = -INFINITY, z = 0, acc = 0;
+    for (int64_t t = 0; t < n; ++t) m = std::max(m, static_cast<double>(s[t * dim + c]));
+    for (int64_t t = 0; t < n; ++t) z += std::exp(s[t * dim + c] - m);
+    for (int64_t t = 0; t < n; ++t) acc += std::exp(s[t * dim + c] - m) / z * v[t * dim + c];
+    EXPECT_NEAR(out[c], acc, 1e-6) << c;
+  }
+}
+
+}  // namespace
+}  // namespace dsinfer::kernels

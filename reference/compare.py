@@ -49,6 +49,7 @@ def main():
     ap.add_argument("--max-rel", type=float, help="fail when the worst row's relative error exceeds this")
     ap.add_argument("--min-argmax", type=float, help="fail when the argmax agreement fraction is below this")
     ap.add_argument("--label", default="", help="name printed with the summary")
+    ap.add_argument("--max-flips-shown", type=int, default=20, help="print at most this many flips")
     args = ap.parse_args()
 
     try:
@@ -66,10 +67,12 @@ def main():
     tag = f"[{args.label}] " if args.label else ""
     print(f"{tag}rows {s['rows']}  rel err median {s['median_rel']:.3e}  max {s['max_rel']:.3e} "
           f"(row {s['worst_row']})  argmax agree {100 * s['argmax_agree']:.2f}% ({len(s['flips'])} flips)")
-    for f in s["flips"]:
+    for f in s["flips"][:args.max_flips_shown]:
         print(f"{tag}  flip at pos {f['pos']}: A argmax {f['argmax_a']} (top-2 margin {f['margin_a']:.3e}, "
               f"B's choice {f['a_gap']:.3e} below), B argmax {f['argmax_b']} (top-2 margin {f['margin_b']:.3e}, "
               f"A's choice {f['b_gap']:.3e} below)")
+    if len(s["flips"]) > args.max_flips_shown:
+        print(f"{tag}  ... {len(s['flips']) - args.max_flips_shown} more flips")
     failed = []
     if not s["finite"]:
         failed.append("non-finite values")

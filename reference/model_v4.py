@@ -207,6 +207,10 @@ class DeepseekV4Reference:
     def idx_fp4(self, x):
         return formats.fp4_qdq(x, 32) if self.kv_qdq else x
 
+    def rot(self, x, angles):
+        """RoPE on the last rope_dim dims (bf16 result in 'reference' numerics, as the official in-place rotation)."""
+        return self.bf(rope_tail(x, angles, self.cfg.rope_dim))
+
     def angles(self, positions, ratio):
         f = rope_inv_freqs(self.cfg, ratio).to(self.dtype)
         return positions.to(self.dtype)[:, None] * f[None, :]
@@ -276,7 +280,7 @@ class DeepseekV4Reference:
         z = (torch.softmax(s, dim=1) * u).sum(dim=1)
         z = self.norm(self.bf(z), prefix + "norm")
         # RoPE at the first position of the entry's own group, with the layer's (compressed) table.
-        return rope_tail(z, self.angles(torch.arange(G) * ratio, ratio), self.cfg.rope_dim)
+        return self.rot(z, self.angles(torch.arange(G) * ratio, ratio))
 
     # --- indexer (§2.7.2) ----------------------------------------------------------------------
 
@@ -288,7 +292,7 @@ class DeepseekV4Reference:
         keys = self.bf(self.idx_fp4(self.bf(keys @ self._hadamard)))
         G = keys.shape[0]
         qi = self.lin(qr, prefix + "wq_b").view(T, cfg.index_heads, cfg.index_dim)
-        qi = rope_tail(qi, ang[:, None, :], cfg.rope_dim)
+        qi = self.rot(qi, ang[:, None, :])
         qi = self.bf(self.idx_fp4(self.bf(qi @ self._hadamard)))
         w = self.lin(a, prefix + "weights_proj") * (cfg.index_dim ** -0.5 * cfg.index_heads ** -0.5)
         dots = torch.einsum("thd,gd->thg", qi, keys)
@@ -310,17 +314,17 @@ class DeepseekV4Reference:
     def attention(self, a, prefix, L, positions):
         cfg = self.cfg
         T = a.shape[0]
-        nh, hd, rd = cfg.n_heads, cfg.head_dim, cfg.rope_dim
+        nh, hd = cfg.n_heads, cfg.head_dim
         ratio = cfg.ratios[L]
         ang = self.angles(positions, ratio)
 
         qr = self.norm(self.lin(a, prefix + "wq_a"), prefix + "q_norm")
         q = self.lin(qr, prefix + "wq_b").view(T, nh, hd)
         q = self.bf(q * torch.rsqrt(q.square().mean(-1, keepdim=True) + cfg.norm_eps))
-        q = rope_tail(q, ang[:, None, :], rd)
+        q = self.rot(q, ang[:, None, :])
 
         kv = self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm")
-        kv = self.kv_fp8(rope_tail(kv, ang, rd))
+        kv = self.kv_fp8(self.rot(kv, ang))
 
         pq = positions[:, None]
         pk = positions[None, :]
@@ -349,7 +353,7 @@ class DeepseekV4Reference:
         o = self.bf(torch.einsum("thj,jd->thd", self.bf(probs), keys))
 
         # Undo the query rotation (angle -theta(p)), then the grouped low-rank output.
-        o = rope_tail(o, -ang[:, None, :], rd)
+        o = self.rot(o, -ang[:, None, :])
         g = cfg.o_groups
         o = o.reshape(T, g, (nh // g) * hd)
         wo_a = self.bf(self.w(prefix + "wo_a.weight")).view(g, cfg.o_lora, (nh // g) * hd)

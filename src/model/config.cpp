@@ -1,0 +1,445 @@
+#include "model/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace dsinfer::model {
+namespace {
+
+using nlohmann::json;
+
+// Reads fields under their HF name or the reference alias (§1.2); both present must agree.
+class FieldReader {
+ public:
+  FieldReader(const json& j, const std::string& source) : j_(j), source_(source) {}
+
+  const json* find(const std::string& hf, const std::string& ref) const {
+    const json* a = j_.contains(hf) ? &j_.at(hf) : nullptr;
+    const json* b = (!ref.empty() && j_.contains(ref)) ? &j_.at(ref) : nullptr;
+    if (a && b && *a != *b) {
+      core::fail("config ", source_, ": field '", hf, "' (", a->dump(), ") and its reference alias '", ref, "' (",
+                 b->dump(), ") disagree");
+    }
+    return a ? a : b;
+  }
+
+  std::string label(const std::string& hf, const std::string& ref) const {
+    return ref.empty() ? "'" + hf + "'" : "'" + hf + "' (reference: '" + ref + "')";
+  }
+
+  int64_t integer(const std::string& hf, const std::string& ref = "", std::optional<int64_t> def = std::nullopt) const {
+    const json* v = find(hf, ref);
+    if (!v) {
+      DSINFER_CHECK(def.has_value(), "config ", source_, ": missing required field ", label(hf, ref));
+      return *def;
+    }
+    DSINFER_CHECK(v->is_number_integer(), "config ", source_, ": field ", label(hf, ref),
+                  " must be an integer, got ", v->dump());
+    return v->get<int64_t>();
+  }
+
+  double number(const std::string& hf, const std::string& ref = "", std::optional<double> def = std::nullopt) const {
+    const json* v = find(hf, ref);
+    if (!v) {
+      DSINFER_CHECK(def.has_value(), "config ", source_, ": missing required field ", label(hf, ref));
+      return *def;
+    }
+    DSINFER_CHECK(v->is_number(), "config ", source_, ": field ", label(hf, ref), " must be a number, got ",
+                  v->dump());
+    return v->get<double>();
+  }
+
+  std::string string(const std::string& hf, const std::string& ref = "",
+                     std::optional<std::string> def = std::nullopt) const {
+    const json* v = find(hf, ref);
+    if (!v) {
+      DSINFER_CHECK(def.has_value(), "config ", source_, ": missing required field ", label(hf, ref));
+      return *def;
+    }
+    DSINFER_CHECK(v->is_string(), "config ", source_, ": field ", label(hf, ref), " must be a string, got ",
+                  v->dump());
+    return v->get<std::string>();
+  }
+
+  bool boolean(const std::string& hf, bool def) const {
+    const json* v = find(hf, "");
+    if (!v) return def;
+    DSINFER_CHECK(v->is_boolean(), "config ", source_, ": field '", hf, "' must be true or false, got ", v->dump());
+    return v->get<bool>();
+  }
+
+  std::vector<int64_t> integers(const std::string& hf, const std::string& ref = "") const {
+    const json* v = find(hf, ref);
+    DSINFER_CHECK(v != nullptr, "config ", source_, ": missing required field ", label(hf, ref));
+    DSINFER_CHECK(v->is_array(), "config ", source_, ": field ", label(hf, ref), " must be a list of integers, got ",
+                  v->dump());
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < v->size(); ++i) {
+      DSINFER_CHECK((*v)[i].is_number_integer(), "config ", source_, ": field ", label(hf, ref), "[", i,
+                    "] must be an integer, got ", (*v)[i].dump());
+      out.push_back((*v)[i].get<int64_t>());
+    }
+    return out;
+  }
+
+  bool has(const std::string& key) const { return j_.contains(key); }
+
+ private:
+  const json& j_;
+  const std::string& source_;
+};
+
+bool is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+const char* weight_storage_name(WeightStorage s) {
+  switch (s) {
+    case WeightStorage::kBF16: return "bf16";
+    case WeightStorage::kFP8: return "fp8 (e4m3, 128x128 e8m0 scales)";
+    case WeightStorage::kFP4: return "fp4 (e2m1 packed, 1x32 e8m0 scales)";
+  }
+  return "?";
+}
+
+int64_t ModelConfig::compress_ratio(int64_t layer) const {
+  DSINFER_CHECK(layer >= 0 && layer < static_cast<int64_t>(compress_ratios.size()), "layer ", layer,
+                " out of range: the config has ", compress_ratios.size(), " layers incl. MTP stages");
+  return compress_ratios[static_cast<size_t>(layer)];
+}
+
+std::string ModelConfig::layer_prefix(int64_t layer) const {
+  if (layer < num_hidden_layers) return core::str_cat("layers.", layer, ".");
+  return core::str_cat("mtp.", layer - num_hidden_layers, ".");
+}
+
+ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
+  DSINFER_CHECK(j.is_object(), "config ", source, ": top level is not a JSON object");
+  FieldReader r(j, source);
+  ModelConfig c;
+
+  const bool reference_style = r.has("dim") && !r.has("hidden_size");
+  if (r.has("architectures")) {
+    const json& a = j.at("architectures");
+    DSINFER_CHECK(a.is_array() && !a.empty() && a[0].is_string(), "config ", source,
+                  ": field 'architectures' must be a non-empty list of strings, got ", a.dump());
+    c.architecture = a[0].get<std::string>();
+  } else if (reference_style) {
+    c.architecture = "DeepseekV4ForCausalLM";
+  }
+  c.model_type = r.string("model_type", "", reference_style ? std::optional<std::string>("deepseek_v4") : std::nullopt);
+  if (c.architecture.empty() && c.model_type == "deepseek_v4") c.architecture = "DeepseekV4ForCausalLM";
+
+  c.vocab_size = r.integer("vocab_size");
+  c.hidden_size = r.integer("hidden_size", "dim");
+  c.num_hidden_layers = r.integer("num_hidden_layers", "n_layers");
+  c.num_attention_heads = r.integer("num_attention_heads", "n_heads");
+  c.num_key_value_heads = r.integer("num_key_value_heads", "", 1);
+  c.head_dim = r.integer("head_dim");
+  c.qk_rope_head_dim = r.integer("qk_rope_head_dim", "rope_head_dim");
+  c.q_lora_rank = r.integer("q_lora_rank");
+  c.o_groups = r.integer("o_groups");
+  c.o_lora_rank = r.integer("o_lora_rank");
+  c.sliding_window = r.integer("sliding_window", "window_size");
+  c.compress_ratios = r.integers("compress_ratios");
+  c.compress_rope_theta = r.number("compress_rope_theta");
+  c.rope_theta = r.number("rope_theta");
+
+  if (r.has("rope_scaling") && !j.at("rope_scaling").is_null()) {
+    const json& rs = j.at("rope_scaling");
+    DSINFER_CHECK(rs.is_object(), "config ", source, ": field 'rope_scaling' must be an object, got ", rs.dump());
+    FieldReader s(rs, source);
+    YarnScaling y;
+    y.type = s.string("type", "rope_type");
+    y.factor = s.number("factor");
+    y.original_max_position_embeddings = s.integer("original_max_position_embeddings");
+    y.beta_fast = s.number("beta_fast", "", 32.0);
+    y.beta_slow = s.number("beta_slow", "", 1.0);
+    c.rope_scaling = y;
+  } else if (r.has("rope_factor") || r.has("original_seq_len")) {
+    YarnScaling y;
+    y.factor = r.number("rope_factor", "", 1.0);
+    y.original_max_position_embeddings = r.integer("original_seq_len", "", 0);
+    y.beta_fast = r.number("beta_fast", "", 32.0);
+    y.beta_slow = r.number("beta_slow", "", 1.0);
+    c.rope_scaling = y;
+  }
+  // The reference's runtime max_seq_len is not a model property; fall back to the YaRN original length.
+  c.max_position_embeddings = r.integer(
+      "max_position_embeddings", "",
+      reference_style && c.rope_scaling ? std::optional<int64_t>(c.rope_scaling->original_max_position_embeddings *
+                                                                 static_cast<int64_t>(c.rope_scaling->factor))
+                                        : std::nullopt);
+
+  c.index_n_heads = r.integer("index_n_heads");
+  c.index_head_dim = r.integer("index_head_dim");
+  c.index_topk = r.integer("index_topk");
+
+  c.moe_intermediate_size = r.integer("moe_intermediate_size", "moe_inter_dim");
+  c.n_routed_experts = r.integer("n_routed_experts");
+  c.n_shared_experts = r.integer("n_shared_experts");
+  c.num_experts_per_tok = r.integer("num_experts_per_tok", "n_activated_experts");
+  c.num_hash_layers = r.integer("num_hash_layers", "n_hash_layers", 0);
+  c.scoring_func = r.string("scoring_func", "score_func");
+  c.topk_method = r.string("topk_method", "", "noaux_tc");
+  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
+  c.routed_scaling_factor = r.number("routed_scaling_factor", "route_scale");
+  c.swiglu_limit = r.number("swiglu_limit", "", 0.0);
+
+  c.hc_mult = r.integer("hc_mult");
+  c.hc_sinkhorn_iters = r.integer("hc_sinkhorn_iters");
+  c.hc_eps = r.number("hc_eps", "", 1e-6);
+  c.rms_norm_eps = r.number("rms_norm_eps", "norm_eps", 1e-6);
+
+  const int64_t n_ratios = static_cast<int64_t>(c.compress_ratios.size());
+  if (r.has("n_mtp_layers")) {
+    c.n_mtp_layers = r.integer("n_mtp_layers");
+  } else {
+    c.n_mtp_layers = n_ratios - c.num_hidden_layers;
+  }
+  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", "", c.n_mtp_layers);
+
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  c.bos_token_id = r.integer("bos_token_id", "", 0);
+  c.eos_token_id = r.integer("eos_token_id", "", 1);
+  c.torch_dtype = r.string("torch_dtype", "", "bfloat16");
+  c.hidden_act = r.string("hidden_act", "", "silu");
+
+  // Linear weights: FP8 when quantization_config says so (HF) or dtype is "fp8" (reference); else bf16.
+  if (r.has("quantization_config") && !j.at("quantization_config").is_null()) {
+    const json& q = j.at("quantization_config");
+    DSINFER_CHECK(q.is_object(), "config ", source, ": field 'quantization_config' must be an object");
+    FieldReader qr(q, source);
+    const std::string method = qr.string("quant_method");
+    DSINFER_CHECK(method == "fp8", "config ", source, ": quantization_config.quant_method '", method,
+                  "' is not supported (only fp8)");
+    const std::string fmt = qr.string("fmt", "", "e4m3");
+    DSINFER_CHECK(fmt == "e4m3", "config ", source, ": quantization_config.fmt '", fmt, "' is not supported (only e4m3)");
+    if (q.contains("weight_block_size")) {
+      const auto block = qr.integers("weight_block_size");
+      DSINFER_CHECK(block == std::vector<int64_t>({128, 128}), "config ", source,
+                    ": quantization_config.weight_block_size ", q.at("weight_block_size").dump(),
+                    " is not supported (V4 uses [128, 128])");
+    }
+    if (q.contains("scale_fmt")) {
+      const std::string sf = qr.string("scale_fmt");
+      DSINFER_CHECK(sf == "ue8m0", "config ", source, ": quantization_config.scale_fmt '", sf,
+                    "' is not supported (only ue8m0; F32 scale tensors are accepted at load time)");
+    }
+    c.linear_storage = WeightStorage::kFP8;
+  } else {
+    const std::string dtype = r.string("dtype", "", "bf16");
+    c.linear_storage = dtype == "fp8" ? WeightStorage::kFP8 : WeightStorage::kBF16;
+  }
+  if (r.has("expert_dtype") && !j.at("expert_dtype").is_null()) {
+    const std::string e = r.string("expert_dtype");
+    if (e == "fp4") c.expert_storage = WeightStorage::kFP4;
+    else if (e == "fp8") c.expert_storage = WeightStorage::kFP8;
+    else if (e == "bf16" || e == "bfloat16") c.expert_storage = WeightStorage::kBF16;
+    else core::fail("config ", source, ": field 'expert_dtype' must be fp4, fp8 or bf16, got '", e, "'");
+  } else {
+    c.expert_storage = c.linear_storage;
+  }
+
+  if (r.has("dspark_block_size")) {
+    DSparkConfig d;
+    d.block_size = r.integer("dspark_block_size");
+    d.noise_token_id = r.integer("dspark_noise_token_id");
+    d.target_layer_ids = r.integers("dspark_target_layer_ids");
+    d.markov_rank = r.integer("dspark_markov_rank");
+    c.dspark = d;
+  }
+
+  c.validate(source);
+  return c;
+}
+
+void ModelConfig::validate(const std::string& source) const {
+  auto need = [&](bool ok, const std::string& field, const std::string& why) {
+    if (!ok) core::fail("config ", source, ": field '", field, "' ", why);
+  };
+  auto positive = [&](int64_t v, const char* field) {
+    need(v > 0, field, core::str_cat("must be positive, got ", v));
+  };
+
+  need(architecture == "DeepseekV4ForCausalLM", "architectures",
+       core::str_cat("must be [\"DeepseekV4ForCausalLM\"], got '", architecture, "'",
+                     architecture == "DeepseekV41ForCausalLM" ? " (V4.1 is a different architecture, not supported)" : ""));
+  need(model_type == "deepseek_v4", "model_type", core::str_cat("must be 'deepseek_v4', got '", model_type, "'"));
+
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  need(num_key_value_heads == 1, "num_key_value_heads",
+       core::str_cat("must be 1 (V4 shares one K = V vector across heads), got ", num_key_value_heads));
+  positive(head_dim, "head_dim");
+  positive(qk_rope_head_dim, "qk_rope_head_dim");
+  need(qk_rope_head_dim % 2 == 0, "qk_rope_head_dim", core::str_cat("must be even (interleaved pairs), got ", qk_rope_head_dim));
+  need(qk_rope_head_dim < head_dim, "qk_rope_head_dim",
+       core::str_cat("(", qk_rope_head_dim, ") must be smaller than head_dim (", head_dim, ")"));
+  need(nope_head_dim() % 64 == 0, "head_dim",
+       core::str_cat("minus qk_rope_head_dim (", head_dim, " - ", qk_rope_head_dim, " = ", nope_head_dim(),
+                     ") must be divisible by 64 (FP8 QDQ of the nope dims uses blocks of 64)"));
+  positive(q_lora_rank, "q_lora_rank");
+  positive(o_groups, "o_groups");
+  positive(o_lora_rank, "o_lora_rank");
+  need(num_attention_heads % o_groups == 0, "num_attention_heads",
+       core::str_cat("(", num_attention_heads, ") must be divisible by o_groups (", o_groups, ")"));
+  positive(sliding_window, "sliding_window");
+  need(rope_theta > 0, "rope_theta", core::str_cat("must be positive, got ", rope_theta));
+  need(compress_rope_theta > 0, "compress_rope_theta", core::str_cat("must be positive, got ", compress_rope_theta));
+  if (rope_scaling) {
+    need(rope_scaling->type == "yarn", "rope_scaling.type", core::str_cat("must be 'yarn', got '", rope_scaling->type, "'"));
+    need(rope_scaling->factor >= 1.0, "rope_scaling.factor", core::str_cat("must be >= 1, got ", rope_scaling->factor));
+    need(rope_scaling->original_max_position_embeddings > 0, "rope_scaling.original_max_position_embeddings",
+         core::str_cat("must be positive, got ", rope_scaling->original_max_position_embeddings));
+    need(rope_scaling->beta_fast > rope_scaling->beta_slow && rope_scaling->beta_slow > 0, "rope_scaling.beta_fast",
+         core::str_cat("and beta_slow must satisfy beta_fast > beta_slow > 0, got ", rope_scaling->beta_fast, " / ",
+                       rope_scaling->beta_slow));
+  }
+  positive(max_position_embeddings, "max_position_embeddings");
+
+  positive(index_n_heads, "index_n_heads");
+  need(is_power_of_two(index_head_dim) && index_head_dim >= 32, "index_head_dim",
+       core::str_cat("must be a power of two >= 32 (Hadamard rotation + FP4 QDQ blocks of 32), got ", index_head_dim));
+  need(index_head_dim >= qk_rope_head_dim, "index_head_dim",
+       core::str_cat("(", index_head_dim, ") must hold the qk_rope_head_dim (", qk_rope_head_dim, ") rotary dims"));
+  positive(index_topk, "index_topk");
+
+  positive(moe_intermediate_size, "moe_intermediate_size");
+  positive(n_routed_experts, "n_routed_experts");
+  need(n_shared_experts >= 0, "n_shared_experts", core::str_cat("must be >= 0, got ", n_shared_experts));
+  positive(num_experts_per_tok, "num_experts_per_tok");
+  need(num_experts_per_tok <= n_routed_experts, "num_experts_per_tok",
+       core::str_cat("(", num_experts_per_tok, ") must not exceed n_routed_experts (", n_routed_experts, ")"));
+  need(num_hash_layers >= 0 && num_hash_layers <= num_hidden_layers, "num_hash_layers",
+       core::str_cat("(", num_hash_layers, ") must be in [0, num_hidden_layers = ", num_hidden_layers, "]"));
+  need(scoring_func == "sqrtsoftplus" || scoring_func == "softmax" || scoring_func == "sigmoid", "scoring_func",
+       core::str_cat("must be sqrtsoftplus, softmax or sigmoid, got '", scoring_func, "'"));
+  need(topk_method == "noaux_tc", "topk_method", core::str_cat("must be 'noaux_tc', got '", topk_method, "'"));
+  need(routed_scaling_factor > 0, "routed_scaling_factor", core::str_cat("must be positive, got ", routed_scaling_factor));
+  need(swiglu_limit >= 0, "swiglu_limit", core::str_cat("must be >= 0 (0 = no clamp), got ", swiglu_limit));
+  need(hidden_act == "silu", "hidden_act", core::str_cat("must be 'silu', got '", hidden_act, "'"));
+
+  positive(hc_mult, "hc_mult");
+  positive(hc_sinkhorn_iters, "hc_sinkhorn_iters");
+  need(hc_eps > 0, "hc_eps", core::str_cat("must be positive, got ", hc_eps));
+  need(rms_norm_eps > 0, "rms_norm_eps", core::str_cat("must be positive, got ", rms_norm_eps));
+  need(!tie_word_embeddings, "tie_word_embeddings", "must be false (V4 has separate embed.weight and head.weight)");
+  need(bos_token_id >= 0 && bos_token_id < vocab_size, "bos_token_id",
+       core::str_cat("(", bos_token_id, ") must be a token id below vocab_size (", vocab_size, ")"));
+  need(eos_token_id >= 0 && eos_token_id < vocab_size, "eos_token_id",
+       core::str_cat("(", eos_token_id, ") must be a token id below vocab_size (", vocab_size, ")"));
+
+  // Layer schedule.
+  const int64_t n_ratios = static_cast<int64_t>(compress_ratios.size());
+  need(n_mtp_layers >= 0, "compress_ratios",
+       core::str_cat("has ", n_ratios, " entries, fewer than num_hidden_layers (", num_hidden_layers, ")"));
+  need(n_ratios == num_hidden_layers + n_mtp_layers, "compress_ratios",
+       core::str_cat("has ", n_ratios, " entries; it needs num_hidden_layers + MTP stages = ", num_hidden_layers, " + ",
+                     n_mtp_layers, " = ", num_hidden_layers + n_mtp_layers));
+  need(num_nextn_predict_layers >= 0, "num_nextn_predict_layers",
+       core::str_cat("must be >= 0, got ", num_nextn_predict_layers));
+  need(n_mtp_layers >= std::min<int64_t>(num_nextn_predict_layers, 1), "compress_ratios",
+       core::str_cat("has no entry for the MTP layer (num_nextn_predict_layers = ", num_nextn_predict_layers,
+                     "): it needs num_hidden_layers + 1 entries, the last one 0"));
+  int64_t max_ratio = 0;
+  for (int64_t L = 0; L < n_ratios; ++L) {
+    const int64_t r = compress_ratios[static_cast<size_t>(L)];
+    need(r >= 0, core::str_cat("compress_ratios[", L, "]"), core::str_cat("must be >= 0, got ", r));
+    need(L < num_hidden_layers || r == 0, core::str_cat("compress_ratios[", L, "]"),
+         core::str_cat("belongs to MTP stage ", L - num_hidden_layers, " and must be 0 (SWA only), got ", r));
+    max_ratio = std::max(max_ratio, r);
+  }
+  need(sliding_window >= max_ratio, "sliding_window",
+       core::str_cat("(", sliding_window, ") must be >= the largest compress ratio (", max_ratio,
+                     ") so the window covers the uncompressed tail"));
+
+  // Every K dimension of an FP8/FP4 GEMM is blocked by 128 (activation quant, weight blocks, FP4->FP8).
+  auto k_dim = [&](int64_t v, const std::string& field, const std::string& what) {
+    need(v % 128 == 0, field,
+         core::str_cat(what, " (", v, ") must be divisible by 128: it is the K dimension of FP8/FP4 weights"));
+  };
+  if (linear_storage != WeightStorage::kBF16 || expert_storage != WeightStorage::kBF16) {
+    k_dim(hidden_size, "hidden_size", "hidden_size");
+    k_dim(moe_intermediate_size, "moe_intermediate_size", "moe_intermediate_size");
+  }
+  if (linear_storage != WeightStorage::kBF16) {
+    k_dim(q_lora_rank, "q_lora_rank", "q_lora_rank");
+    k_dim(o_groups * o_lora_rank, "o_lora_rank", "o_groups * o_lora_rank");
+  }
+
+  if (dspark) {
+    need(n_mtp_layers >= 1, "dspark_block_size", "is set but the config has no draft stage (compress_ratios has no entry after the backbone)");
+    need(dspark->block_size >= 1, "dspark_block_size", core::str_cat("must be positive, got ", dspark->block_size));
+    need(dspark->noise_token_id >= 0 && dspark->noise_token_id < vocab_size, "dspark_noise_token_id",
+         core::str_cat("(", dspark->noise_token_id, ") must be below vocab_size (", vocab_size, ")"));
+    need(!dspark->target_layer_ids.empty(), "dspark_target_layer_ids", "must not be empty");
+    for (int64_t id : dspark->target_layer_ids) {
+      need(id >= 0 && id < num_hidden_layers, "dspark_target_layer_ids",
+           core::str_cat("entry ", id, " is not a backbone layer in [0, ", num_hidden_layers, ")"));
+    }
+    positive(dspark->markov_rank, "dspark_markov_rank");
+    if (linear_storage != WeightStorage::kBF16) {
+      k_dim(hidden_size * static_cast<int64_t>(dspark->target_layer_ids.size()), "dspark_target_layer_ids",
+            "hidden_size * len(dspark_target_layer_ids)");
+    }
+  }
+}
+
+ModelConfig ModelConfig::parse(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    core::fail("config ", source, ": invalid JSON: ", e.what());
+  }
+  return from_json(j, source);
+}
+
+ModelConfig ModelConfig::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DSINFER_CHECK(in.good(), "config ", path, ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), path);
+}
+
+std::string ModelConfig::summary() const {
+  int64_t swa = 0, csa = 0, hca = 0;
+  for (int64_t L = 0; L < num_hidden_layers; ++L) {
+    if (is_csa(L)) ++csa;
+    else if (is_hca(L)) ++hca;
+    else ++swa;
+  }
+  std::ostringstream o;
+  o << architecture << " (" << model_type << ")\n"
+    << "  vocab " << vocab_size << ", hidden " << hidden_size << ", layers " << num_hidden_layers << " (" << swa
+    << " SWA, " << csa << " CSA, " << hca << " HCA) + " << n_mtp_layers << (dspark ? " DSpark" : " MTP")
+    << " stage(s), hash-routed layers " << num_hash_layers << "\n"
+    << "  attention: " << num_attention_heads << " heads x " << head_dim << " (rope " << qk_rope_head_dim
+    << "), q_lora " << q_lora_rank << ", o_groups " << o_groups << " x o_lora " << o_lora_rank << ", window "
+    << sliding_window << "\n"
+    << "  indexer: " << index_n_heads << " heads x " << index_head_dim << ", top-" << index_topk << "\n"
+    << "  moe: " << n_routed_experts << " routed (top-" << num_experts_per_tok << ") + " << n_shared_experts
+    << " shared, intermediate " << moe_intermediate_size << ", " << scoring_func << ", scale "
+    << routed_scaling_factor << ", swiglu limit " << swiglu_limit << "\n"
+    << "  mHC: " << hc_mult << " streams, " << hc_sinkhorn_iters << " Sinkhorn iterations\n"
+    << "  weights: linear " << weight_storage_name(linear_storage) << ", experts "
+    << weight_storage_name(expert_storage) << "\n";
+  if (dspark) {
+    o << "  dspark: block " << dspark->block_size << ", noise token " << dspark->noise_token_id << ", markov rank "
+      << dspark->markov_rank << ", targets [";
+    for (size_t i = 0; i < dspark->target_layer_ids.size(); ++i) o << (i ? ", " : "") << dspark->target_layer_ids[i];
+    o << "]\n";
+  }
+  return o.str();
+}
+
+}  // namespace dsinfer::model

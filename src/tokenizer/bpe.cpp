@@ -1,0 +1,257 @@
+#include "tokenizer/bpe.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <atomic>
+#include <climits>
+#include <cstring>
+#include <queue>
+
+#include "core/error.h"
+#include "tokenizer/byte_level.h"
+
+namespace dsinfer::tokenizer {
+namespace {
+
+constexpr size_t kSmallWord = 128;      // merge_small's stack arrays
+constexpr size_t kMaxCachedWord = 256;  // longer words are rare and not worth the cache space
+
+std::atomic<uint64_t> next_instance{1};
+
+// A per-thread cache of word -> ids for one model: open addressing over a power-of-two table, keys
+// and ids in arenas. When it fills it is simply cleared (words repeat locally, so a cold restart
+// costs little and keeps memory bounded).
+class WordCache {
+ public:
+  static constexpr size_t kSlots = size_t{1} << 17;
+  static constexpr size_t kMaxEntries = kSlots / 2;
+  static constexpr size_t kMaxKeyBytes = size_t{8} << 20;
+
+  uint64_t owner = 0;
+  uint64_t last_use = 0;
+
+  void reset(uint64_t new_owner) {
+    owner = new_owner;
+    slots_.assign(kSlots, Slot{});
+    keys_.clear();
+    ids_.clear();
+    count_ = 0;
+  }
+
+  // Appends the cached ids for `word` to `out`; false if absent.
+  bool lookup(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const {
+    for (size_t i = hash & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
+      const Slot& s = slots_[i];
+      if (s.key_len == 0) return false;
+      if (s.hash == hash && s.key_len == word.size() && std::memcmp(keys_.data() + s.key_off, word.data(), word.size()) == 0) {
+        out.insert(out.end(), ids_.begin() + s.ids_off, ids_.begin() + s.ids_off + s.ids_len);
+        return true;
+      }
+    }
+  }
+
+  void insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t n) {
+    if (count_ >= kMaxEntries || keys_.size() + word.size() > kMaxKeyBytes) reset(owner);
+    size_t i = hash & (kSlots - 1);
+    while (slots_[i].key_len != 0) i = (i + 1) & (kSlots - 1);
+    slots_[i] = Slot{hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
+                     static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(n)};
+    keys_.append(word);
+    ids_.insert(ids_.end(), ids, ids + n);
+    ++count_;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_off = 0;
+    uint32_t key_len = 0;  // 0 = empty (cached words have at least 2 bytes)
+    uint32_t ids_off = 0;
+    uint32_t ids_len = 0;
+  };
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t count_ = 0;
+};
+
+// Two caches per thread, so alternating between two tokenizers (V4 and V4.1) does not thrash.
+WordCache& cache_for(uint64_t owner) {
+  thread_local WordCache caches[2];
+  thread_local uint64_t clock = 0;
+  ++clock;
+  WordCache* victim = &caches[0];
+  for (auto& c : caches) {
+    if (c.owner == owner) {
+      c.last_use = clock;
+      return c;
+    }
+    if (c.last_use < victim->last_use) victim = &c;
+  }
+  victim->reset(owner);
+  victim->last_use = clock;
+  return *victim;
+}
+
+}  // namespace
+
+size_t StringHash::operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
+
+Bpe::Bpe(const TokenMap& vocab, const std::vector<std::pair<std::string, std::string>>& merges, Options options,
+         std::string_view where)
+    : vocab_(vocab), options_(options), instance_(next_instance.fetch_add(1)) {
+  for (int b = 0; b < 256; ++b) {
+    const char byte = static_cast<char>(b);
+    const auto it = vocab.find(byte_level::encode(std::string_view(&byte, 1)));
+    byte_ids_[b] = it == vocab.end() ? -1 : it->second;
+  }
+  size_t capacity = 1024;
+  while (capacity < merges.size() * 2 + 16) capacity *= 2;
+  slots_.assign(capacity, MergeSlot{kEmpty, 0, 0});
+  mask_ = capacity - 1;
+  shift_ = 64;
+  for (size_t c = capacity; c > 1; c >>= 1) --shift_;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [a, b] = merges[rank];
+    const auto ia = vocab.find(a);
+    const auto ib = vocab.find(b);
+    DSINFER_CHECK(ia != vocab.end() && ib != vocab.end(), where, ": merge ", rank, " \"", a, " ", b,
+                  "\" uses a token that is not in the vocabulary");
+    const auto im = vocab.find(a + b);
+    DSINFER_CHECK(im != vocab.end(), where, ": merge ", rank, " \"", a, " ", b, "\" makes \"", a + b,
+                  "\", which is not in the vocabulary");
+    insert_merge(ia->second, ib->second, static_cast<int32_t>(rank), im->second);
+  }
+  merge_count_ = merges.size();
+}
+
+void Bpe::insert_merge(int32_t left, int32_t right, int32_t rank, int32_t merged) {
+  const uint64_t key = (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
+  size_t i = (key * 0x9E3779B97F4A7C15ull) >> shift_;
+  while (slots_[i].key != kEmpty && slots_[i].key != key) i = (i + 1) & mask_;
+  // A pair listed twice keeps its later rank, as Hugging Face's map built from the list does.
+  slots_[i] = MergeSlot{key, rank, merged};
+}
+
+void Bpe::initial_symbols(std::string_view word, std::vector<int32_t>& sym) const {
+  sym.clear();
+  bool last_unk = false;
+  for (unsigned char b : word) {
+    const int32_t id = byte_ids_[b];
+    if (id >= 0) {
+      sym.push_back(id);
+      last_unk = false;
+    } else if (options_.unk_id >= 0 && !(options_.fuse_unk && last_unk)) {
+      sym.push_back(options_.unk_id);
+      last_unk = true;
+    }
+  }
+}
+
+void Bpe::merge_small(int32_t* sym, size_t n, std::vector<int32_t>& out) const {
+  int32_t rank[kSmallWord];
+  int32_t merged[kSmallWord];
+  auto score = [&](size_t i) {
+    const MergeSlot* m = find_merge(sym[i], sym[i + 1]);
+    rank[i] = m ? m->rank : INT32_MAX;
+    merged[i] = m ? m->merged : -1;
+  };
+  for (size_t i = 0; i + 1 < n; ++i) score(i);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i)
+      if (rank[i] < rank[best]) best = i;
+    if (rank[best] == INT32_MAX) break;
+    sym[best] = merged[best];
+    // Drop symbol best+1 and pair best+1; pairs best-1 and best change.
+    std::memmove(sym + best + 1, sym + best + 2, (n - best - 2) * sizeof(int32_t));
+    if (best + 2 < n) {
+      std::memmove(rank + best + 1, rank + best + 2, (n - best - 3) * sizeof(int32_t));
+      std::memmove(merged + best + 1, merged + best + 2, (n - best - 3) * sizeof(int32_t));
+    }
+    --n;
+    if (best > 0) score(best - 1);
+    if (best + 1 < n) score(best);
+  }
+  out.insert(out.end(), sym, sym + n);
+}
+
+void Bpe::merge_large(const int32_t* initial, size_t n, std::vector<int32_t>& out) const {
+  struct Candidate {
+    int32_t rank;
+    int32_t pos;
+    int32_t merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<int32_t> sym(initial, initial + n);
+  std::vector<int32_t> prev(n), next(n);
+  std::vector<char> alive(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    prev[i] = static_cast<int32_t>(i) - 1;
+    next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+  }
+  std::vector<Candidate> storage;
+  storage.reserve(n);
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap(std::greater<>{}, std::move(storage));
+  auto push = [&](int32_t i) {
+    if (i < 0 || next[i] < 0) return;
+    if (const MergeSlot* m = find_merge(sym[i], sym[next[i]])) heap.push({m->rank, i, m->merged});
+  };
+  for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int32_t>(i));
+  while (!heap.empty()) {
+    const Candidate top = heap.top();
+    heap.pop();
+    const int32_t i = top.pos;
+    if (!alive[i] || next[i] < 0) continue;
+    const int32_t j = next[i];
+    const MergeSlot* m = find_merge(sym[i], sym[j]);
+    if (!m || m->merged != top.merged || m->rank != top.rank) continue;  // stale entry
+    sym[i] = top.merged;
+    alive[j] = 0;
+    next[i] = next[j];
+    if (next[j] >= 0) prev[next[j]] = i;
+    push(prev[i]);
+    push(i);
+  }
+  for (int32_t i = 0; i >= 0; i = next[i]) out.push_back(sym[i]);
+}
+
+void Bpe::encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const {
+  if (options_.ignore_merges) {
+    const auto it = vocab_.find(byte_level::encode(word));
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> sym;
+  initial_symbols(word, sym);
+  if (sym.empty()) return;
+  if (sym.size() <= kSmallWord) {
+    merge_small(sym.data(), sym.size(), out);
+  } else {
+    merge_large(sym.data(), sym.size(), out);
+  }
+}
+
+void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.size() == 1) {
+    const int32_t id = byte_ids_[static_cast<unsigned char>(word[0])];
+    if (id >= 0) out.push_back(id);
+    else if (options_.unk_id >= 0) out.push_back(options_.unk_id);
+    return;
+  }
+  if (word.size() > kMaxCachedWord) {
+    encode_word_uncached(word, out);
+    return;
+  }
+  WordCache& cache = cache_for(instance_);
+  const uint64_t hash = XXH3_64bits(word.data(), word.size());
+  if (cache.lookup(word, hash, out)) return;
+  const size_t start = out.size();
+  encode_word_uncached(word, out);
+  cache.insert(word, hash, out.data() + start, out.size() - start);
+}
+
+}  // namespace dsinfer::tokenizer

@@ -45,6 +45,8 @@ E2M1_TABLE = np.array([e2m1_value(n) for n in range(16)], dtype=np.float64)
 # Byte -> (low nibble value, high nibble value): low nibble is the even logical column.
 FP4_PAIR_TABLE = np.stack([E2M1_TABLE[np.arange(256) & 0xF], E2M1_TABLE[np.arange(256) >> 4]], axis=1)
 
+E4M3_TABLE32 = E4M3_TABLE.astype(np.float32)
+
 E4M3_MAX = 448.0
 E2M1_MAX = 6.0
 
@@ -55,17 +57,31 @@ def decode_bf16(raw_u16):
 
 
 def decode_e4m3(raw_u8):
-    return E4M3_TABLE[raw_u8]
+    """F8_E4M3 bytes -> float32 values (exact)."""
+    return E4M3_TABLE32[raw_u8]
 
 
 def decode_e8m0(raw_u8):
     return E8M0_TABLE[raw_u8]
 
 
+# The pair table as one 8-byte word per byte value: a single gather decodes both nibbles.
+_FP4_PAIR_WORDS = np.ascontiguousarray(FP4_PAIR_TABLE.astype("<f4")).view("<u8").reshape(256)
+
+
 def decode_fp4_packed(raw_u8):
-    """[rows, cols/2] packed bytes -> [rows, cols] float64 E2M1 values."""
-    pairs = FP4_PAIR_TABLE[raw_u8]  # [rows, cols/2, 2]
-    return pairs.reshape(raw_u8.shape[0], raw_u8.shape[1] * 2)
+    """[rows, cols/2] packed bytes -> [rows, cols] E2M1 values (float32, exact)."""
+    words = np.take(_FP4_PAIR_WORDS, np.ascontiguousarray(raw_u8))
+    return words.view("<f4").reshape(raw_u8.shape[0], raw_u8.shape[1] * 2)
+
+
+def _exact_in_float32(values_max, scale):
+    """value * scale is exact in float32 when neither overflows nor falls below the subnormal grid
+    (FP8/FP4 values have at most 3 significant bits and are >= 2^-9 in magnitude when non-zero)."""
+    finite = scale[np.isfinite(scale)]
+    if finite.size == 0:
+        return True
+    return float(finite.max()) * values_max < 2.0 ** 127 and float(finite.min()) * 2.0 ** -9 >= 2.0 ** -146
 
 
 def dequant_fp8_blocks(values, scale, block=128):
@@ -74,8 +90,11 @@ def dequant_fp8_blocks(values, scale, block=128):
     gr, gc = (out + block - 1) // block, (inn + block - 1) // block
     if scale.shape != (gr, gc):
         raise ValueError(f"FP8 block scale has shape {scale.shape}, expected {(gr, gc)} for weight {values.shape}")
-    full = np.repeat(np.repeat(scale, block, axis=0), block, axis=1)[:out, :inn]
-    return values * full
+    dt = np.float32 if _exact_in_float32(448.0, scale) else np.float64
+    padded = np.zeros((gr * block, gc * block), dtype=dt)
+    padded[:out, :inn] = values
+    w = padded.reshape(gr, block, gc, block) * scale.astype(dt)[:, None, :, None]
+    return w.reshape(gr * block, gc * block)[:out, :inn]
 
 
 def dequant_fp4_blocks(values, scale, block=32):
@@ -83,7 +102,9 @@ def dequant_fp4_blocks(values, scale, block=32):
     out, inn = values.shape
     if scale.shape != (out, inn // block) or inn % block:
         raise ValueError(f"FP4 scale has shape {scale.shape}, expected {(out, inn // block)} for weight {values.shape}")
-    return values * np.repeat(scale, block, axis=1)
+    dt = np.float32 if _exact_in_float32(6.0, scale) else np.float64
+    w = values.astype(dt, copy=False).reshape(out, inn // block, block) * scale.astype(dt)[:, :, None]
+    return w.reshape(out, inn)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -133,7 +133,7 @@ class Checkpoint:
         raise CheckpointError(f"{self.path}: scale {name} has dtype {dt}; expected F8_E8M0 or F32")
 
     def weight(self, name):
-        """A linear weight [out, in] decoded exactly to float64, whatever its storage:
+        """A linear weight [out, in] decoded exactly (float32 where that is exact, else float64), whatever its storage:
         BF16/F32; F8_E4M3 with 128x128 block scales `<base>.scale`; FP4 E2M1 packed in I8
         ([out, in/2], low nibble = even column) with 1x32 E8M0 scales."""
         dt = self.dtype(name)
@@ -160,7 +160,7 @@ class Checkpoint:
                 return formats.dequant_fp4_blocks(values, scale)
             except ValueError as e:
                 raise CheckpointError(f"{self.path}: {name}: {e}")
-        return self.plain(name).astype(np.float64)
+        return self.plain(name)
 
     def is_quantized(self, name):
         """True when the weight is stored FP8 or FP4 (the reference quantizes activations before it)."""

@@ -1,0 +1,205 @@
+#include "recipe/json_text.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+
+namespace dsinfer::recipe {
+namespace {
+
+// Length of the valid UTF-8 sequence starting at text[i], or 0 when the bytes there are not one.
+size_t utf8_sequence_length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  if (b0 < 0x80) return 1;
+  size_t len = 0;
+  uint32_t min = 0;
+  uint32_t cp = 0;
+  if ((b0 & 0xE0) == 0xC0) {
+    len = 2, min = 0x80, cp = b0 & 0x1F;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3, min = 0x800, cp = b0 & 0x0F;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4, min = 0x10000, cp = b0 & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + len > text.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    const unsigned char b = byte(i + k);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+// Shortest round-trip digits of |value| and the decimal point position: value = 0.DIGITS * 10^point.
+void shortest_digits(double value, std::string& digits, int& point) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof(buf), std::fabs(value), std::chars_format::scientific);
+  std::string_view text(buf, static_cast<size_t>(res.ptr - buf));
+  const size_t e = text.find('e');
+  std::string_view mantissa = text.substr(0, e);
+  const int exponent = std::atoi(std::string(text.substr(e + 1)).c_str());
+  digits.clear();
+  for (char c : mantissa)
+    if (c != '.') digits.push_back(c);
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  point = exponent + 1;
+}
+
+// Fixed notation when min_point < point <= 16, scientific otherwise; the two styles differ only in the
+// lower bound and in how the exponent is written.
+std::string format_double(double value, int min_point, bool pad_exponent) {
+  if (!std::isfinite(value)) return "null";
+  std::string out = std::signbit(value) ? "-" : "";
+  if (value == 0.0) return out + "0.0";
+  std::string digits;
+  int point = 0;
+  shortest_digits(value, digits, point);
+  const int n = static_cast<int>(digits.size());
+  if (point > min_point && point <= 16) {
+    if (point <= 0) {
+      out += "0.";
+      out.append(static_cast<size_t>(-point), '0');
+      out += digits;
+    } else if (point < n) {
+      out += digits.substr(0, static_cast<size_t>(point));
+      out += '.';
+      out += digits.substr(static_cast<size_t>(point));
+    } else {
+      out += digits;
+      out.append(static_cast<size_t>(point - n), '0');
+      out += ".0";
+    }
+    return out;
+  }
+  out += digits[0];
+  if (n > 1) {
+    out += '.';
+    out += digits.substr(1);
+  }
+  const int exp = point - 1;
+  out += exp < 0 ? "e-" : "e+";
+  std::string mag = std::to_string(std::abs(exp));
+  if (pad_exponent && mag.size() < 2) mag = "0" + mag;
+  out += mag;
+  return out;
+}
+
+void write_json(const Json& value, std::string& out, bool python) {
+  const char* item_sep = python ? ", " : ",";
+  const char* key_sep = python ? ": " : ":";
+  switch (value.type()) {
+    case Json::value_t::null:
+    case Json::value_t::discarded:
+      out += "null";
+      break;
+    case Json::value_t::boolean:
+      out += value.get<bool>() ? "true" : "false";
+      break;
+    case Json::value_t::number_integer:
+      out += std::to_string(value.get<int64_t>());
+      break;
+    case Json::value_t::number_unsigned:
+      out += std::to_string(value.get<uint64_t>());
+      break;
+    case Json::value_t::number_float:
+      out += python ? format_double_python(value.get<double>()) : format_double_compact(value.get<double>());
+      break;
+    case Json::value_t::string:
+      out += json_quote(value.get_ref<const std::string&>());
+      break;
+    case Json::value_t::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& item : value) {
+        if (!first) out += item_sep;
+        first = false;
+        write_json(item, out, python);
+      }
+      out += ']';
+      break;
+    }
+    case Json::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (auto it = value.begin(); it != value.end(); ++it) {
+        if (!first) out += item_sep;
+        first = false;
+        out += json_quote(it.key());
+        out += key_sep;
+        write_json(it.value(), out, python);
+      }
+      out += '}';
+      break;
+    }
+    case Json::value_t::binary:
+      out += "null";
+      break;
+  }
+}
+
+}  // namespace
+
+std::string format_double_compact(double value) { return format_double(value, -5, false); }
+std::string format_double_python(double value) { return format_double(value, -4, true); }
+
+std::string json_quote(std::string_view text, bool quoted) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  if (quoted) out += '"';
+  static const char* kHex = "0123456789abcdef";
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const size_t len = utf8_sequence_length(text, i);
+      if (len == 0) {
+        out += "\xEF\xBF\xBD";  // U+FFFD
+        ++i;
+      } else {
+        out.append(text.substr(i, len));
+        i += len;
+      }
+      continue;
+    }
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 0xF];
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+  if (quoted) out += '"';
+  return out;
+}
+
+std::string to_compact_json(const Json& value) {
+  std::string out;
+  write_json(value, out, false);
+  return out;
+}
+
+std::string to_python_json(const Json& value) {
+  std::string out;
+  write_json(value, out, true);
+  return out;
+}
+
+Json parse_json(std::string_view text) { return Json::parse(text.begin(), text.end()); }
+
+}  // namespace dsinfer::recipe

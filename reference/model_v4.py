@@ -452,8 +452,8 @@ class DeepseekV4Reference:
             raise ValueError("config.json: num_nextn_predict_layers is 0; the model has no MTP block")
         ids = self._check_ids(ids)
         T = ids.numel()
-        if T < 2:
-            raise ValueError("MTP logits need at least 2 prompt tokens")
+        if T < 2:  # no row has a next token
+            return torch.zeros(0, cfg.vocab, dtype=self.dtype)
         pre = "mtp.0."
         L = cfg.n_layers
         nxt = ids[1:]

@@ -1,0 +1,207 @@
+#!/usr/bin/python3
+"""Golden tests: the C++ forward pass (`dsinfer logits`) against the independent PyTorch reference
+(reference/run.py) on synthetic checkpoints made by `dsinfer mkmodel`.
+
+  golden.py setup    --dsinfer BIN --config CFG --seed S --tokens N --work DIR [--no-kv-qdq]
+      mkmodel into DIR/model, prompt ids into DIR/ids.txt, reference logits DIR/ref[_noqdq].npy and
+      MTP logits DIR/ref[_noqdq]_mtp.npy.
+  golden.py compare  --dsinfer BIN --work DIR --name NAME [--mtp] [--no-kv-qdq] [--chunk-size N]
+                     [--rollback K] [--max-median-rel X] [--max-rel X] [--min-argmax X]
+      runs `dsinfer logits` with those flags and compares with the reference of the setup.
+  golden.py short    --dsinfer BIN --work DIR [--lengths 1,2,3,...]
+      prompts shorter than a compression group / window (fresh compressor state): one-pass and MTP.
+  golden.py selftest --dsinfer BIN --config CFG --seed S --work DIR
+      the reference's own whole-model checks (reference/tests/model_props_check.py) on a mkmodel checkpoint.
+
+Every step prints the commands it runs and the comparison summary (flips with their margins).
+"""
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+REFERENCE = os.path.join(ROOT, "reference")
+PYTHON = "/usr/bin/python3"  # the Debian interpreter that has python3-torch
+
+sys.path.insert(0, REFERENCE)
+import compare as cmp  # noqa: E402
+
+
+def run(cmd, what):
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    t0 = time.time()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = p.stdout.strip()
+    if out:
+        print("\n".join("    " + line for line in out.splitlines()[-40:]))
+    print(f"    ({what}: {time.time() - t0:.1f} s, exit {p.returncode})", flush=True)
+    if p.returncode != 0:
+        raise SystemExit(f"golden: {what} failed with exit status {p.returncode}")
+
+
+def prompt_ids(seed, tokens, vocab):
+    """BOS, then tokens drawn from the seed over the whole vocabulary, with some repeats."""
+    rng = np.random.default_rng(1000 + seed)
+    ids = rng.integers(0, vocab, tokens)
+    ids[0] = 0
+    rep = rng.integers(1, tokens, max(1, tokens // 16))
+    ids[rep] = ids[rep - 1]  # repeated neighbours (same hash routing, near-equal keys)
+    return [int(x) for x in ids]
+
+
+def ref_name(no_kv_qdq, mtp):
+    return "ref" + ("_noqdq" if no_kv_qdq else "") + ("_mtp" if mtp else "") + ".npy"
+
+
+def read_ids(work):
+    with open(os.path.join(work, "ids.txt")) as f:
+        return [int(x) for x in f.read().split(",")]
+
+
+def mkmodel(args, model_dir):
+    if not os.path.exists(args.dsinfer):
+        raise SystemExit(f"golden: no dsinfer binary at {args.dsinfer}")
+    run([args.dsinfer, "mkmodel", "--config", args.config, "--seed", str(args.seed), "--out", model_dir],
+        "dsinfer mkmodel")
+
+
+def cmd_setup(args):
+    os.makedirs(args.work, exist_ok=True)
+    model = os.path.join(args.work, "model")
+    mkmodel(args, model)
+    import json
+    with open(os.path.join(model, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    ids = prompt_ids(args.seed, args.tokens, vocab)
+    with open(os.path.join(args.work, "ids.txt"), "w") as f:
+        f.write(",".join(map(str, ids)))
+    cmd = [PYTHON, os.path.join(REFERENCE, "run.py"), "--model", model, "--prompt-ids",
+           "@" + os.path.join(args.work, "ids.txt"), "--out", os.path.join(args.work, ref_name(args.no_kv_qdq, False)),
+           "--out-mtp", os.path.join(args.work, ref_name(args.no_kv_qdq, True))]
+    if args.no_kv_qdq:
+        cmd.append("--no-kv-qdq")
+    run(cmd, "reference/run.py")
+    print(f"golden setup done: {len(ids)} tokens in {args.work}")
+
+
+def report(a_path, b_path, label, max_median_rel, max_rel, min_argmax):
+    a, b = np.load(a_path), np.load(b_path)
+    if a.shape != b.shape:
+        print(f"[{label}] FAIL: dsinfer wrote shape {a.shape}, the reference {b.shape}")
+        return False
+    s = cmp.compare(a, b)
+    print(f"[{label}] rows {s['rows']}  rel err median {s['median_rel']:.3e}  max {s['max_rel']:.3e} "
+          f"(row {s['worst_row']})  argmax agree {100 * s['argmax_agree']:.2f}% ({len(s['flips'])} flips)")
+    for f in s["flips"][:20]:
+        print(f"[{label}]   flip at pos {f['pos']}: dsinfer argmax {f['argmax_a']} (top-2 margin {f['margin_a']:.3e}), "
+              f"reference argmax {f['argmax_b']} (top-2 margin {f['margin_b']:.3e}); reference places dsinfer's "
+              f"choice {f['b_gap']:.3e} below its own")
+    if len(s["flips"]) > 20:
+        print(f"[{label}]   ... {len(s['flips']) - 20} more flips")
+    bad = []
+    if not s["finite"]:
+        bad.append("non-finite logits")
+    if max_median_rel is not None and not s["median_rel"] <= max_median_rel:
+        bad.append(f"median rel err {s['median_rel']:.3e} > {max_median_rel:g}")
+    if max_rel is not None and not s["max_rel"] <= max_rel:
+        bad.append(f"max rel err {s['max_rel']:.3e} > {max_rel:g}")
+    if min_argmax is not None and not s["argmax_agree"] >= min_argmax:
+        bad.append(f"argmax agreement {s['argmax_agree']:.4f} < {min_argmax:g}")
+    print(f"[{label}] " + ("FAIL: " + "; ".join(bad) if bad else "PASS"), flush=True)
+    return not bad
+
+
+def dsinfer_logits(args, model, ids, out, mtp=False):
+    cmd = [args.dsinfer, "logits", "--model", model, "--prompt-ids", ",".join(map(str, ids)), "--out", out]
+    if mtp:
+        cmd.append("--mtp")
+    if args.no_kv_qdq:
+        cmd.append("--no-kv-qdq")
+    if getattr(args, "chunk_size", None):
+        cmd += ["--chunk-size", str(args.chunk_size)]
+    if getattr(args, "rollback", None):
+        cmd += ["--rollback", str(args.rollback)]
+    run(cmd, "dsinfer logits")
+
+
+def cmd_compare(args):
+    ref = os.path.join(args.work, ref_name(args.no_kv_qdq, args.mtp))
+    if not os.path.exists(ref):
+        raise SystemExit(f"golden: no reference logits {ref} (did the setup test run?)")
+    out = os.path.join(args.work, f"dsinfer_{args.name}.npy")
+    if os.path.exists(out):
+        os.remove(out)
+    dsinfer_logits(args, os.path.join(args.work, "model"), read_ids(args.work), out, args.mtp)
+    ok = report(out, ref, args.name, args.max_median_rel, args.max_rel, args.min_argmax)
+    return 0 if ok else 1
+
+
+def cmd_short(args):
+    ids = read_ids(args.work)
+    model = os.path.join(args.work, "model")
+    ok = True
+    for n in [int(x) for x in args.lengths.split(",")]:
+        sub = ids[:n]
+        ref = os.path.join(args.work, f"short{n}_ref.npy")
+        refm = os.path.join(args.work, f"short{n}_ref_mtp.npy")
+        cmd = [PYTHON, os.path.join(REFERENCE, "run.py"), "--model", model, "--prompt-ids", ",".join(map(str, sub)),
+               "--out", ref]
+        if n >= 2:
+            cmd += ["--out-mtp", refm]
+        run(cmd, f"reference/run.py ({n} tokens)")
+        out = os.path.join(args.work, f"short{n}_dsinfer.npy")
+        dsinfer_logits(args, model, sub, out)
+        ok &= report(out, ref, f"short{n}", args.max_median_rel, args.max_rel, args.min_argmax)
+        if n >= 2:
+            outm = os.path.join(args.work, f"short{n}_dsinfer_mtp.npy")
+            dsinfer_logits(args, model, sub, outm, mtp=True)
+            ok &= report(outm, refm, f"short{n}_mtp", args.max_median_rel, args.max_rel, args.min_argmax)
+    return 0 if ok else 1
+
+
+def cmd_selftest(args):
+    os.makedirs(args.work, exist_ok=True)
+    model = os.path.join(args.work, "model")
+    mkmodel(args, model)
+    run([PYTHON, os.path.join(REFERENCE, "tests", "model_props_check.py"), model, "--seed", str(args.seed)],
+        "reference model checks")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("setup", "compare", "short", "selftest"):
+        p = sub.add_parser(name)
+        p.add_argument("--dsinfer", required=True)
+        p.add_argument("--work", required=True)
+        if name in ("setup", "selftest"):
+            p.add_argument("--config", required=True)
+            p.add_argument("--seed", type=int, required=True)
+        if name == "setup":
+            p.add_argument("--tokens", type=int, required=True)
+        if name in ("setup", "compare", "short"):
+            p.add_argument("--no-kv-qdq", action="store_true")
+        if name in ("compare", "short"):
+            p.add_argument("--max-median-rel", type=float, default=1e-4)
+            p.add_argument("--max-rel", type=float)
+            p.add_argument("--min-argmax", type=float, default=0.99)
+        if name == "compare":
+            p.add_argument("--name", required=True)
+            p.add_argument("--mtp", action="store_true")
+            p.add_argument("--chunk-size", type=int)
+            p.add_argument("--rollback", type=int)
+        if name == "short":
+            p.add_argument("--lengths", default="1,2,3,4,5,8,33")
+    args = ap.parse_args()
+    return {"setup": cmd_setup, "compare": cmd_compare, "short": cmd_short, "selftest": cmd_selftest}[args.cmd](args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

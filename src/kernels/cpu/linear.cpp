@@ -1,12 +1,243 @@
-// Scalar implementation; the SIMD version replaces forward_rows with per-target code.
+// Linear: validation and repacking of checkpoint weights into the panel layout of linear_packed.h,
+// the scalar oracle, and the split of a product over threads (by output rows, and by rows of x for
+// short, wide products; never along k, which would change the summation order).
 #include "kernels/cpu/linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "core/dtypes.h"
 #include "core/error.h"
+#include "kernels/cpu/linear_packed.h"
 
 namespace dsinfer::kernels {
 
-struct Linear::Packed {};
+using detail::kFp4Group;
+using detail::kFp8Block;
+using detail::kPanelRows;
+using detail::PackedWeight;
+
+struct Linear::Packed : PackedWeight {};
+
+const char* weight_format_name(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kF32: return "F32";
+    case WeightFormat::kBF16: return "BF16";
+    case WeightFormat::kFP8: return "FP8 E4M3";
+    case WeightFormat::kFP4: return "FP4 E2M1";
+  }
+  return "?";
+}
+
+namespace {
+
+int64_t scale_elem_bytes(const WeightView& w) { return w.scales_f32 ? 4 : 1; }
+
+int64_t fp8_scale_count(const WeightView& w) {
+  return ((w.rows + kFp8Block - 1) / kFp8Block) * ((w.cols + kFp8Block - 1) / kFp8Block);
+}
+
+std::string describe(const WeightView& w) {
+  return core::str_cat(w.name.empty() ? "" : "'", w.name, w.name.empty() ? "" : "' ", "[", w.rows, ", ", w.cols,
+                       "] ", weight_format_name(w.format));
+}
+
+float scale_value(const WeightView& w, int64_t index, const char* what, int64_t r, int64_t c) {
+  if (w.scales_f32) {
+    const float s = static_cast<const float*>(w.scales)[index];
+    DSINFER_CHECK(std::isfinite(s), "linear ", describe(w), ": ", what, " scale [", r, ", ", c, "] is not finite (",
+                  s, ")");
+    return s;
+  }
+  const uint8_t code = static_cast<const uint8_t*>(w.scales)[index];
+  DSINFER_CHECK(code != 0xFF, "linear ", describe(w), ": ", what, " scale [", r, ", ", c, "] is the E8M0 NaN code 0xFF");
+  return core::e8m0_to_float(code);
+}
+
+uint8_t* alloc_bytes(hwy::AlignedFreeUniquePtr<uint8_t[]>& out, int64_t bytes) {
+  out = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(std::max<int64_t>(bytes, 64)));
+  DSINFER_CHECK(out != nullptr, "out of memory allocating ", bytes, " bytes for a Linear weight");
+  std::memset(out.get(), 0, static_cast<size_t>(std::max<int64_t>(bytes, 64)));
+  return out.get();
+}
+
+void pack_f32(const WeightView& w, PackedWeight& p) {
+  const float* src = static_cast<const float*>(w.data);
+  for (int64_t pn = 0; pn < p.panels; ++pn) {
+    float* dst = reinterpret_cast<float*>(p.data.get() + pn * p.panel_bytes);
+    for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
+      const float* row = src + (pn * kPanelRows + r) * w.cols;
+      for (int64_t k = 0; k < w.cols; ++k) dst[k * 16 + r] = row[k];
+    }
+  }
+}
+
+void pack_bf16(const WeightView& w, PackedWeight& p) {
+  const uint16_t* src = static_cast<const uint16_t*>(w.data);
+  for (int64_t pn = 0; pn < p.panels; ++pn) {
+    uint16_t* dst = reinterpret_cast<uint16_t*>(p.data.get() + pn * p.panel_bytes);
+    for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
+      const uint16_t* row = src + (pn * kPanelRows + r) * w.cols;
+      const int64_t pos = r < 8 ? 2 * r : 2 * (r - 8) + 1;  // u32 lane j = (row j, row j + 8)
+      for (int64_t k = 0; k < w.cols; ++k) dst[k * 16 + pos] = row[k];
+    }
+  }
+}
+
+void pack_fp8(const WeightView& w, PackedWeight& p) {
+  const uint8_t* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t pn = 0; pn < p.panels; ++pn) {
+    uint8_t* dst = p.data.get() + pn * p.panel_bytes;
+    for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
+      const int64_t n = pn * kPanelRows + r;
+      const uint8_t* row = src + n * w.cols;
+      for (int64_t k = 0; k < w.cols; ++k) {
+        const uint8_t c = row[k];
+        DSINFER_CHECK((c & 0x7F) != 0x7F, "linear ", describe(w), ": weight [", n, ", ", k,
+                      "] is the FP8 E4M3 NaN code 0x", (c == 0xFF ? "FF" : "7F"));
+        dst[(k / 2) * 32 + 2 * r + (k & 1)] = c;
+      }
+    }
+  }
+  const int64_t rb = (w.rows + kFp8Block - 1) / kFp8Block;
+  const int64_t cb = (w.cols + kFp8Block - 1) / kFp8Block;
+  float* s = reinterpret_cast<float*>(alloc_bytes(p.scales, rb * cb * 4));
+  for (int64_t i = 0; i < rb; ++i) {
+    for (int64_t j = 0; j < cb; ++j) {
+      const float v = scale_value(w, i * cb + j, "FP8 block", i, j) * 256.0f;  // the kernel's fp16 is fp8 · 2^-8
+      DSINFER_CHECK(std::isfinite(v), "linear ", describe(w), ": FP8 block scale [", i, ", ", j,
+                    "] is too large for fp32 arithmetic");
+      s[i * cb + j] = v;
+    }
+  }
+  p.fp8_scale_cols = cb;
+}
+
+void pack_fp4(const WeightView& w, PackedWeight& p) {
+  const uint8_t* src = static_cast<const uint8_t*>(w.data);
+  const int64_t half = w.cols / 2;
+  const int64_t groups = w.cols / kFp4Group;
+  for (int64_t pn = 0; pn < p.panels; ++pn) {
+    uint8_t* dst = p.data.get() + pn * p.panel_bytes;
+    for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
+      const uint8_t* row = src + (pn * kPanelRows + r) * half;
+      for (int64_t c = 0; c < half; ++c) dst[c * 16 + r] = row[c];
+    }
+  }
+  p.fp4_scales_f32 = w.scales_f32;
+  const int64_t esz = w.scales_f32 ? 4 : 1;
+  uint8_t* s = alloc_bytes(p.scales, p.panels * groups * 16 * esz);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    const int64_t pn = n / kPanelRows, r = n % kPanelRows;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t at = (pn * groups + g) * 16 + r;
+      const float v = scale_value(w, n * groups + g, "FP4 group", n, g);
+      if (w.scales_f32) {
+        reinterpret_cast<float*>(s)[at] = v;
+      } else {
+        s[at] = static_cast<const uint8_t*>(w.scales)[n * groups + g];
+      }
+    }
+  }
+}
+
+// ---- splitting a product over threads ----
+
+// Products below this many multiply-adds run on the calling thread: a fork/join costs about a
+// microsecond, which such a product does not repay.
+constexpr int64_t kInlineMacs = 48 * 1024;
+constexpr int64_t kTasksPerThread = 4;
+constexpr int64_t kRowUnit = 4 * kPanelRows;  // 64 rows: whole stream groups on 16-lane targets too
+
+struct Split {
+  int64_t row_step = 0, row_tasks = 1;
+  int64_t m_step = 0, m_tasks = 1;
+  int64_t tasks() const { return row_tasks * m_tasks; }
+};
+
+Split plan_split(int64_t rows, int64_t cols, int64_t M, int threads) {
+  Split s;
+  s.row_step = rows;
+  s.m_step = M;
+  if (threads <= 1 || rows * cols * M < kInlineMacs) return s;
+  const int64_t units = (rows + kRowUnit - 1) / kRowUnit;
+  const int64_t want = threads * kTasksPerThread;
+  s.row_tasks = std::min(units, want);
+  s.row_step = ((units + s.row_tasks - 1) / s.row_tasks) * kRowUnit;
+  s.row_tasks = (rows + s.row_step - 1) / s.row_step;
+  // Few output rows but many rows of x (prefill through a narrow weight): split x as well. Each piece
+  // decodes its panels again, which is cheap next to the M rows of work.
+  const int64_t min_rows = 4 * std::max<int64_t>(detail::packed_stream_max_rows(), 12);
+  if (s.row_tasks < threads * 2 && M >= 2 * min_rows) {
+    const int64_t pieces = std::min((threads * 2 + s.row_tasks - 1) / s.row_tasks, M / min_rows);
+    s.m_step = (M + pieces - 1) / pieces;
+    s.m_tasks = (M + s.m_step - 1) / s.m_step;
+  }
+  return s;
+}
+
+void run_task(const PackedWeight& w, const Split& s, int64_t t, const float* x, int64_t M, int64_t ldx, float* y,
+              int64_t ldy) {
+  const int64_t rt = t % s.row_tasks, mt = t / s.row_tasks;
+  const int64_t r0 = rt * s.row_step, r1 = std::min(w.rows, r0 + s.row_step);
+  const int64_t m0 = mt * s.m_step, m1 = std::min(M, m0 + s.m_step);
+  detail::packed_forward(w, x + m0 * ldx, m1 - m0, ldx, y + m0 * ldy, ldy, r0, r1);
+}
+
+void check_call(const Linear& l, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
+  DSINFER_CHECK(!l.empty(), "Linear::forward on an empty Linear");
+  DSINFER_CHECK(M >= 0 && ldx >= l.cols() && ldy >= l.rows(), "Linear::forward ", describe(l.view()), ": M=", M,
+                " ldx=", ldx, " ldy=", ldy, " (need ldx >= cols, ldy >= rows)");
+  DSINFER_CHECK(M == 0 || (x != nullptr && y != nullptr), "Linear::forward: null input or output");
+}
+
+}  // namespace
+
+int64_t detail::PackedWeight::bytes() const {
+  int64_t b = panels * panel_bytes;
+  switch (format) {
+    case WeightFormat::kFP8: b += ((rows + kFp8Block - 1) / kFp8Block) * fp8_scale_cols * 4; break;
+    case WeightFormat::kFP4: b += panels * (cols / kFp4Group) * 16 * (fp4_scales_f32 ? 4 : 1); break;
+    default: break;
+  }
+  return b;
+}
+
+int64_t weight_bytes(const WeightView& w) {
+  switch (w.format) {
+    case WeightFormat::kF32: return w.rows * w.cols * 4;
+    case WeightFormat::kBF16: return w.rows * w.cols * 2;
+    case WeightFormat::kFP8: return w.rows * w.cols + fp8_scale_count(w) * scale_elem_bytes(w);
+    case WeightFormat::kFP4: return w.rows * w.cols / 2 + w.rows * (w.cols / kFp4Group) * scale_elem_bytes(w);
+  }
+  return 0;
+}
+
+WeightView slice_rows(const WeightView& w, int64_t begin, int64_t end) {
+  DSINFER_CHECK(0 <= begin && begin < end && end <= w.rows, "slice_rows of ", describe(w), ": bad range [", begin,
+                ", ", end, ")");
+  WeightView s = w;
+  s.rows = end - begin;
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const auto* scales = static_cast<const uint8_t*>(w.scales);
+  switch (w.format) {
+    case WeightFormat::kF32: s.data = data + begin * w.cols * 4; break;
+    case WeightFormat::kBF16: s.data = data + begin * w.cols * 2; break;
+    case WeightFormat::kFP8:
+      DSINFER_CHECK(begin % kFp8Block == 0 && (end % kFp8Block == 0 || end == w.rows), "slice_rows of ", describe(w),
+                    ": FP8 rows [", begin, ", ", end, ") do not follow the 128-row scale blocks");
+      s.data = data + begin * w.cols;
+      s.scales = scales + (begin / kFp8Block) * ((w.cols + kFp8Block - 1) / kFp8Block) * scale_elem_bytes(w);
+      break;
+    case WeightFormat::kFP4:
+      s.data = data + begin * (w.cols / 2);
+      s.scales = scales + begin * (w.cols / kFp4Group) * scale_elem_bytes(w);
+      break;
+  }
+  return s;
+}
 
 float weight_at(const WeightView& w, int64_t row, int64_t col) {
   switch (w.format) {
@@ -42,29 +273,94 @@ void linear_reference(const WeightView& w, const float* x, int64_t M, int64_t ld
 }
 
 Linear::Linear(const WeightView& w) : view_(w) {
-  DSINFER_CHECK(w.format != WeightFormat::kFP4 || w.cols % 32 == 0, "FP4 weight needs cols % 32 == 0, got ", w.cols);
+  DSINFER_CHECK(w.rows > 0 && w.cols > 0, "linear ", describe(w), ": empty shape");
+  DSINFER_CHECK(w.data != nullptr, "linear ", describe(w), ": no data");
+  DSINFER_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16 || w.scales != nullptr, "linear ",
+                describe(w), ": no scales");
+  DSINFER_CHECK(w.format != WeightFormat::kFP4 || w.cols % kFp4Group == 0, "linear ", describe(w),
+                ": FP4 weight needs cols % 32 == 0");
+  auto p = std::make_unique<Packed>();
+  p->format = w.format;
+  p->rows = w.rows;
+  p->cols = w.cols;
+  p->panels = (w.rows + kPanelRows - 1) / kPanelRows;
+  p->k_pairs = (w.cols + 1) / 2;
+  int64_t elem_pair_bytes = 0;  // bytes of one k-pair of one panel
+  switch (w.format) {
+    case WeightFormat::kF32: elem_pair_bytes = 2 * 16 * 4; break;
+    case WeightFormat::kBF16: elem_pair_bytes = 2 * 16 * 2; break;
+    case WeightFormat::kFP8: elem_pair_bytes = 2 * 16; break;
+    case WeightFormat::kFP4: elem_pair_bytes = 16; break;
+  }
+  // Panels start on a cache line.
+  p->panel_bytes = (p->k_pairs * elem_pair_bytes + 63) / 64 * 64;
+  alloc_bytes(p->data, p->panels * p->panel_bytes);
+  switch (w.format) {
+    case WeightFormat::kF32: pack_f32(w, *p); break;
+    case WeightFormat::kBF16: pack_bf16(w, *p); break;
+    case WeightFormat::kFP8: pack_fp8(w, *p); break;
+    case WeightFormat::kFP4: pack_fp4(w, *p); break;
+  }
+  packed_ = std::move(p);
 }
+
 Linear::~Linear() = default;
 Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
 
+int64_t Linear::bytes() const { return packed_ ? packed_->bytes() : 0; }
+
 void Linear::forward_rows(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_begin,
                           int64_t row_end) const {
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t n = row_begin; n < row_end; ++n) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < view_.cols; ++k) acc += x[m * ldx + k] * weight_at(view_, n, k);
-      y[m * ldy + n] = acc;
-    }
-  }
+  check_call(*this, x, M, ldx, y, ldy);
+  DSINFER_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= rows(), "Linear::forward_rows ", describe(view_),
+                ": bad row range [", row_begin, ", ", row_end, ")");
+  detail::packed_forward(*packed_, x, M, ldx, y, ldy, row_begin, row_end);
 }
 
 void Linear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, core::ThreadPool* pool) const {
-  if (pool == nullptr) {
-    forward_rows(x, M, ldx, y, ldy, 0, view_.rows);
+  check_call(*this, x, M, ldx, y, ldy);
+  if (M == 0) return;
+  const Split s = plan_split(rows(), cols(), M, pool ? pool->size() : 1);
+  if (s.tasks() == 1) {
+    detail::packed_forward(*packed_, x, M, ldx, y, ldy, 0, rows());
     return;
   }
-  pool->parallel_for(view_.rows, 16, [&](int64_t b, int64_t e) { forward_rows(x, M, ldx, y, ldy, b, e); });
+  pool->run(s.tasks(), [&](int64_t t, int) { run_task(*packed_, s, t, x, M, ldx, y, ldy); });
+}
+
+void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool) {
+  struct Planned {
+    const LinearCall* call;
+    Split split;
+    int64_t first_task;
+  };
+  std::vector<Planned> plan;
+  plan.reserve(calls.size());
+  int64_t tasks = 0;
+  const int threads = pool ? pool->size() : 1;
+  for (const LinearCall& c : calls) {
+    DSINFER_CHECK(c.linear != nullptr, "linear_forward_many: call without a Linear");
+    check_call(*c.linear, c.x, c.M, c.ldx, c.y, c.ldy);
+    if (c.M == 0) continue;
+    // Each product is split as if alone: the whole batch then has enough tasks to balance.
+    const Split s = plan_split(c.linear->rows(), c.linear->cols(), c.M, threads);
+    plan.push_back({&c, s, tasks});
+    tasks += s.tasks();
+  }
+  if (tasks == 0) return;
+  auto task = [&](int64_t t, int) {
+    auto it = std::upper_bound(plan.begin(), plan.end(), t,
+                               [](int64_t v, const Planned& p) { return v < p.first_task; });
+    const Planned& p = *(it - 1);
+    const LinearCall& c = *p.call;
+    run_task(*c.linear->packed_, p.split, t - p.first_task, c.x, c.M, c.ldx, c.y, c.ldy);
+  };
+  if (pool == nullptr || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) task(t, 0);
+    return;
+  }
+  pool->run(tasks, task);
 }
 
 }  // namespace dsinfer::kernels

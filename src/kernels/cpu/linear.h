@@ -1,15 +1,26 @@
 // Products with checkpoint weights: y = x · Wᵀ for W stored as F32, BF16, FP8 E4M3 with 128×128 block
 // scales, or FP4 E2M1 with 1×32 scales (model-v4.md §4.3). Activations and accumulation are fp32.
+//
+// Numerics (the contract every backend keeps): each output is
+//   y[m][n] = (((0 + x[m][0]·W[n][0]) + x[m][1]·W[n][1]) + ...) + x[m][K-1]·W[n][K-1]
+// summed in k order, one rounding per step (a fused multiply-add on AVX2/AVX-512; a rounded product and
+// a rounded add on targets without FMA), with W[n][k] the exact fp32 value of the weight. The result of
+// an element never depends on M, on the other rows of x, on the thread count, or (among FMA targets) on
+// the vector width: products are batch invariant bit for bit.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 
 #include "core/thread_pool.h"
 
 namespace dsinfer::kernels {
 
 enum class WeightFormat : uint8_t { kF32, kBF16, kFP8, kFP4 };
+
+const char* weight_format_name(WeightFormat format);
 
 // A weight as the checkpoint stores it; not owned.
 struct WeightView {
@@ -20,14 +31,25 @@ struct WeightView {
   // FP8: [ceil(rows/128)][ceil(cols/128)]; FP4: [rows][cols/32]. E8M0 codes, or F32 when scales_f32.
   const void* scales = nullptr;
   bool scales_f32 = false;
+  std::string name;  // for error messages only (e.g. "layers.0.attn.wq_a"); may be empty
 };
+
+// Bytes of the weight's data and scales as the checkpoint stores them.
+int64_t weight_bytes(const WeightView& w);
+
+// Rows [begin, end) of w as a weight of its own (e.g. one group of a grouped projection). FP8 needs
+// begin (and end, unless it is rows) to be a multiple of 128, the scale block size.
+WeightView slice_rows(const WeightView& w, int64_t begin, int64_t end);
 
 // Exact fp32 value of W[row][col].
 float weight_at(const WeightView& w, int64_t row, int64_t col);
 
-// A weight prepared for fast products. It may hold a repacked copy, so the view's memory is only read
-// while constructing. Every output element is computed with one fixed operation order, whatever M, the
-// other rows of x or the number of threads: results are batch invariant bit for bit.
+struct LinearCall;
+
+// A weight prepared for fast products. It holds a repacked copy of the weight (the same compressed size
+// plus padding of the rows to a multiple of 16), so the view's memory is only read while constructing;
+// view() keeps the original pointers, which need not stay valid. Construction rejects NaN codes (FP8
+// 0x7F/0xFF, E8M0 0xFF) and non-finite F32 scales, naming the weight and the position.
 class Linear {
  public:
   Linear() = default;
@@ -38,24 +60,44 @@ class Linear {
 
   int64_t rows() const { return view_.rows; }
   int64_t cols() const { return view_.cols; }
+  WeightFormat format() const { return view_.format; }
   const WeightView& view() const { return view_; }
-  bool empty() const { return view_.data == nullptr; }
+  bool empty() const { return packed_ == nullptr; }
+  // Bytes this Linear holds (repacked data and scales).
+  int64_t bytes() const;
 
   // y[m*ldy + n] = Σ_k x[m*ldx + k] · W[n][k] for m < M, n < rows(). pool == nullptr runs on the
   // calling thread only (for callers that parallelise over something else, e.g. experts).
   void forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, core::ThreadPool* pool) const;
 
-  // Rows [row_begin, row_end) of the output only (y still indexed by absolute n).
+  // Rows [row_begin, row_end) of the output only (y still indexed by absolute n), on the calling thread.
   void forward_rows(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_begin,
                     int64_t row_end) const;
 
- private:
   struct Packed;
+
+ private:
+  friend void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool);
   WeightView view_;
   std::unique_ptr<Packed> packed_;
 };
 
-// The plain scalar oracle for Linear::forward (double accumulation is NOT used: fp32, k ascending).
+// One product of a batch run by linear_forward_many.
+struct LinearCall {
+  const Linear* linear = nullptr;
+  const float* x = nullptr;
+  int64_t M = 0;
+  int64_t ldx = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// Runs several independent products (e.g. the w1/w3 of every routed expert of a token batch, or the
+// projections that share one input) in one parallel region: one fork/join instead of one per product.
+// Each product gives bitwise the result of its own Linear::forward. pool == nullptr: calling thread.
+void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool);
+
+// The plain scalar oracle for Linear::forward (fp32, k ascending, product and sum rounded separately).
 void linear_reference(const WeightView& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy);
 
 }  // namespace dsinfer::kernels

@@ -1,0 +1,61 @@
+// Internal to Linear: the repacked weight layout shared by linear.cpp (packing, threading) and
+// linear_simd.cpp (the per-target kernels). Not for use outside src/kernels/cpu/linear*.
+//
+// Rows are grouped in panels of kPanelRows = 16 output rows. Inside a panel the data is k-major, so a
+// kernel reads the 16 rows' weights of one k (or of two consecutive k) with one contiguous load and
+// keeps one accumulator lane per output row: each output is summed over k in ascending order with
+// one fused multiply-add per k, whatever M, the thread count or the vector width.
+// The element bytes keep the checkpoint's compressed size (only padding rows/one padding k are added).
+//
+// Per-panel layouts (K2 = ceil(cols / 2) k-pairs; padding rows and the padding k hold zeros):
+//   F32   [2*K2][16] float, row r of the panel at lane r.
+//   BF16  [2*K2][8] u32 lanes, lane j = bf16(row j) | bf16(row j + 8) << 16, so one u32 load gives rows
+//         0..7 by a shift and rows 8..15 by a mask.
+//   FP8   [K2][16] u16 lanes, lane r = code(row r, 2kp) | code(row r, 2kp + 1) << 8.
+//   FP4   [K2][16] bytes, byte r = nibble(row r, 2kp) | nibble(row r, 2kp + 1) << 4 (the checkpoint's
+//         own byte of row r). Scales [cols / 32][16] E8M0 codes (or f32 when scales_f32).
+// FP8 scales are kept as f32 [ceil(rows/128)][ceil(cols/128)] holding scale · 2^8, because the kernel
+// decodes an E4M3 code c to the fp16 whose bits are the code's magnitude shifted left by 7 (plus the
+// sign), whose value is exactly fp8(c) · 2^-8 (subnormals included).
+#pragma once
+
+#include <cstdint>
+
+#include "hwy/aligned_allocator.h"
+#include "kernels/cpu/linear.h"
+
+namespace dsinfer::kernels::detail {
+
+inline constexpr int64_t kPanelRows = 16;
+inline constexpr int64_t kFp8Block = 128;
+inline constexpr int64_t kFp4Group = 32;
+
+struct PackedWeight {
+  WeightFormat format = WeightFormat::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t panels = 0;       // ceil(rows / 16)
+  int64_t k_pairs = 0;      // ceil(cols / 2)
+  int64_t panel_bytes = 0;  // bytes of one panel's element data
+  hwy::AlignedFreeUniquePtr<uint8_t[]> data;
+  // FP8: f32 [ceil(rows/128)][ceil(cols/128)] (scale · 2^8). FP4: per panel [cols/32][16] codes (u8) or
+  // f32 when fp4_scales_f32.
+  hwy::AlignedFreeUniquePtr<uint8_t[]> scales;
+  bool fp4_scales_f32 = false;
+  int64_t fp8_scale_cols = 0;  // ceil(cols / 128)
+
+  const uint8_t* panel(int64_t p) const { return data.get() + p * panel_bytes; }
+  int64_t bytes() const;  // element data + scales, as held in memory
+};
+
+// Computes y rows [row_lo, row_hi) (absolute indices; panels covering them are computed, only rows in
+// the range are stored) for M rows of x, on the calling thread, with the best target of this CPU.
+void packed_forward(const PackedWeight& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
+                    int64_t row_lo, int64_t row_hi);
+
+// Rows of x from which packed_forward switches from decoding the weights in registers for each k
+// (streaming, memory-bound decode) to decoding panels into a cache-resident f32 buffer that all rows
+// of x reuse (prefill GEMM). Both give bitwise the same results.
+int64_t packed_stream_max_rows();
+
+}  // namespace dsinfer::kernels::detail

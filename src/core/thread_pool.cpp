@@ -1,7 +1,6 @@
 #include "core/thread_pool.h"
 
 #include <cstdlib>
-#include <mutex>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -13,9 +12,15 @@
 namespace dsinfer::core {
 
 thread_local bool ThreadPool::in_task_ = false;
+thread_local int ThreadPool::tls_thread_ = 0;
+
 namespace {
-thread_local int tls_thread_index = 0;
-constexpr int kSpinIterations = 20000;
+// Pauses a worker spins for the next job before it sleeps: a few hundred microseconds, longer than
+// the gaps between the regions of a decode step, short enough not to burn a core when idle.
+constexpr int kSpinPauses = 1 << 14;
+// Pauses the caller spins on unfinished tasks before it starts yielding the core to them (matters
+// only when there are more runnable threads than cores).
+constexpr int kCallerSpinPauses = 1 << 12;
 
 int default_threads() {
   if (const char* env = std::getenv("DSINFER_THREADS")) {
@@ -25,6 +30,8 @@ int default_threads() {
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
+
+inline bool is_new_job(uint64_t job, uint64_t seen) { return (job & 1) != 0 && job != seen; }
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
@@ -35,8 +42,8 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true);
-  generation_.fetch_add(1);
-  generation_.notify_all();
+  wake_.fetch_add(1);
+  wake_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
@@ -45,57 +52,94 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
-int ThreadPool::current_thread_index() { return tls_thread_index; }
-
-void ThreadPool::drain(int thread) {
+void ThreadPool::work(int thread) {
   in_task_ = true;
+  const int64_t n = n_tasks_;
   for (;;) {
-    const int64_t task = next_task_.fetch_add(1, std::memory_order_acq_rel);
-    if (task >= n_tasks_) break;
-    call_(ctx_, task, thread);
-    done_tasks_.fetch_add(1, std::memory_order_acq_rel);
+    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= n) break;
+    if (!failed_.load(std::memory_order_relaxed)) {
+      try {
+        call_(ctx_, task, thread);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+        failed_.store(true, std::memory_order_relaxed);
+      }
+    }
+    done_tasks_.fetch_add(1, std::memory_order_release);
   }
   in_task_ = false;
 }
 
+uint64_t ThreadPool::participate(int thread) {
+  // Register first, then look: the caller closes the job and then waits for active_ == 0, so either it
+  // sees this worker registered, or this worker sees the job closed (both accesses are seq_cst).
+  active_.fetch_add(1);
+  const uint64_t job = job_.load();
+  if (job & kOpen) work(thread);
+  active_.fetch_sub(1, std::memory_order_release);
+  return job;
+}
+
 void ThreadPool::run_erased(int64_t n_tasks, void* ctx, Trampoline call) {
-  // One run at a time: concurrent callers from different threads (e.g. two engines) serialise here.
-  static std::mutex run_mutex;
-  std::lock_guard<std::mutex> lock(run_mutex);
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  // No worker is registered (the previous run waited for that), so the job's fields are ours.
   n_tasks_ = n_tasks;
   ctx_ = ctx;
   call_ = call;
-  done_tasks_.store(0, std::memory_order_relaxed);
+  error_ = nullptr;
+  failed_.store(false, std::memory_order_relaxed);
   next_task_.store(0, std::memory_order_relaxed);
-  active_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
-  drain(0);
-  while (done_tasks_.load(std::memory_order_acquire) < n_tasks) DSINFER_PAUSE();
-  // Workers may still be between their last failed claim and leaving drain(); wait so the next run
-  // does not reset counters under them.
-  while (active_workers_.load(std::memory_order_acquire) > 0) DSINFER_PAUSE();
+  done_tasks_.store(0, std::memory_order_relaxed);
+  ++epoch_;
+  job_.store(epoch_ << 1 | kOpen);
+  wake_.fetch_add(1);
+  if (sleepers_.load() > 0) wake_.notify_all();
+
+  const int saved_thread = tls_thread_;
+  tls_thread_ = 0;
+  work(0);
+  tls_thread_ = saved_thread;
+  for (int spin = 0; done_tasks_.load(std::memory_order_acquire) < n_tasks; ++spin) {
+    if (spin < kCallerSpinPauses) {
+      DSINFER_PAUSE();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  job_.store(epoch_ << 1);  // closed
+  // Workers that registered before the close leave as soon as their claim fails.
+  while (active_.load(std::memory_order_acquire) > 0) DSINFER_PAUSE();
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
 }
 
 void ThreadPool::worker_loop(int index) {
-  tls_thread_index = index;
-  // Not generation_.load(): a run may already have started before this thread got scheduled, and
-  // that run waits for every worker.
+  tls_thread_ = index;
   uint64_t seen = 0;
   for (;;) {
-    uint64_t now = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; now == seen && spin < kSpinIterations; ++spin) {
-      DSINFER_PAUSE();
-      now = generation_.load(std::memory_order_acquire);
+    int spin = 0;
+    uint64_t job = job_.load(std::memory_order_acquire);
+    while (!is_new_job(job, seen)) {
+      if (stop_.load(std::memory_order_relaxed)) return;
+      if (++spin < kSpinPauses) {
+        DSINFER_PAUSE();
+      } else {
+        // Sleep until the next job. Order: announce, read the futex word, re-check the job; the caller
+        // publishes the job, bumps the word, then reads sleepers_ (all seq_cst), so no wake-up is lost.
+        sleepers_.fetch_add(1);
+        const uint32_t w = wake_.load();
+        if (!is_new_job(job_.load(), seen) && !stop_.load()) wake_.wait(w);
+        sleepers_.fetch_sub(1);
+        spin = 0;
+      }
+      job = job_.load(std::memory_order_acquire);
     }
-    if (now == seen) {
-      generation_.wait(seen, std::memory_order_acquire);
-      continue;
-    }
-    seen = now;
-    if (stop_.load()) return;
-    drain(index);
-    active_workers_.fetch_sub(1, std::memory_order_acq_rel);
+    seen = participate(index);
   }
 }
 

@@ -80,16 +80,11 @@ inline uint8_t float_to_fp4_e2m1(float f) {
   const uint8_t sign = std::signbit(f) ? 0x8 : 0x0;
   float a = std::fabs(f);
   if (std::isnan(f)) return sign | 0x7;  // no NaN in E2M1: saturate
-  // Midpoints between neighbouring codes; at a tie the even code (even mantissa bit) wins.
-  uint8_t code;
-  if (a <= 0.25f) code = 0;          // tie 0.25 -> 0 (even)
-  else if (a < 0.75f) code = 1;
-  else if (a <= 1.25f) code = 2;     // tie 0.75 -> 2, tie 1.25 -> 2
-  else if (a < 1.75f) code = 3;
-  else if (a <= 2.5f) code = 4;      // tie 1.75 -> 4, tie 2.5 -> 4
-  else if (a < 3.5f) code = 5;
-  else if (a <= 5.0f) code = 6;      // tie 3.5 -> 6, tie 5 -> 6
-  else code = 7;
+  // Count the midpoints between neighbouring codes that a passes; at a tie the even code (even
+  // mantissa bit) wins, hence > before an odd code and >= before an even one. Branch-free: random
+  // weights make a compare chain mispredict on every element.
+  const uint8_t code = static_cast<uint8_t>((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) +
+                                            (a > 2.5f) + (a >= 3.5f) + (a > 5.0f));
   return sign | code;
 }
 

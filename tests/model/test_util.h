@@ -1,0 +1,107 @@
+// Helpers shared by the model tests: temporary directories, small configs, raw file edits.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/safetensors.h"
+
+namespace dsinfer::model::testing {
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    core::set_log_level(core::LogLevel::kError);  // expected warnings (no tokenizer, ...) would drown the output
+    std::string tmpl = (std::filesystem::temp_directory_path() / "dsinfer_model_test_XXXXXX").string();
+    char* made = ::mkdtemp(tmpl.data());
+    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+// A small config with every feature of the architecture (SWA, CSA, HCA, hash + scored MoE, MTP), FP8
+// linears and FP4 experts, vocab 512: a checkpoint of it is ~1.5 MB.
+inline nlohmann::json small_config() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+    "vocab_size": 512, "hidden_size": 128, "num_hidden_layers": 4,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128, "qk_rope_head_dim": 64,
+    "q_lora_rank": 128, "o_groups": 2, "o_lora_rank": 64, "sliding_window": 8,
+    "compress_ratios": [0, 4, 8, 4, 0], "compress_rope_theta": 160000, "rope_theta": 10000,
+    "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536, "beta_fast": 32, "beta_slow": 1},
+    "max_position_embeddings": 65536, "index_n_heads": 2, "index_head_dim": 64, "index_topk": 4,
+    "moe_intermediate_size": 128, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+    "num_hash_layers": 2, "scoring_func": "sqrtsoftplus", "topk_method": "noaux_tc", "norm_topk_prob": true,
+    "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6,
+    "rms_norm_eps": 1e-6, "num_nextn_predict_layers": 1, "tie_word_embeddings": false,
+    "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16", "hidden_act": "silu", "expert_dtype": "fp4",
+    "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                            "scale_fmt": "ue8m0", "weight_block_size": [128, 128]}
+  })");
+}
+
+inline std::string write_config(const TempDir& dir, const nlohmann::json& config, const std::string& name = "config.json") {
+  const std::string path = dir.file(name);
+  write_bytes(path, config.dump(2));
+  return path;
+}
+
+// Runs fn and returns the core::Error message; fails the test if nothing (or something else) is thrown.
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const core::Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected core::Error, got another exception: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected core::Error, nothing was thrown";
+  return "";
+}
+
+// Copies every tensor of a safetensors file into memory (for rewriting with edits).
+inline std::vector<TensorData> load_all(const std::string& path) {
+  SafetensorsFile f(path);
+  std::vector<TensorData> out;
+  for (const auto& t : f.tensors()) {
+    out.push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
+  }
+  return out;
+}
+
+}  // namespace dsinfer::model::testing

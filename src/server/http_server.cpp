@@ -43,6 +43,7 @@ bool HttpRequest::has_header(std::string_view lower_name) const {
 struct ServerShared {
   HttpLimits limits;
   HttpServer::Handler handler;
+  HttpServer::ErrorFormatter error_formatter;
   HttpServerStats stats;
   std::atomic<bool> draining{false};
   std::mutex idle_mu;
@@ -107,7 +108,7 @@ class Session : public std::enable_shared_from_this<Session> {
       self->phase_ = Phase::kClosing;
       self->keep_alive_ = false;
       self->close_after_write_ = true;
-      self->queue(self->simple_response(503, "too many connections\n"));
+      self->queue(self->simple_response(503, "too many open connections", ""));
     });
   }
 
@@ -189,23 +190,32 @@ class Session : public std::enable_shared_from_this<Session> {
     return out;
   }
 
-  std::string simple_response(int status, std::string_view text) {
+  std::string simple_response(int status, std::string_view message, std::string_view path) {
+    HttpServer::ErrorBody e{"text/plain", core::str_cat(message, "\n")};
+    if (shared_->error_formatter) e = shared_->error_formatter(status, path, message);
     std::string out = status_line(11, status);
-    out.append("Server: dsinfer\r\nContent-Type: text/plain\r\nConnection: close\r\n");
-    append_header(out, "Content-Length", std::to_string(text.size()));
+    out.append("Server: dsinfer\r\nConnection: close\r\n");
+    append_header(out, "Content-Type", e.content_type);
+    append_header(out, "Content-Length", std::to_string(e.body.size()));
     out.append("\r\n");
-    out.append(text);
+    out.append(e.body);
     return out;
   }
 
   // A protocol-level failure before any handler saw the request: answer and close.
-  void fail_request(int status, std::string_view text) {
+  void fail_request(int status, std::string_view message) {
     shared_->stats.bad_requests_total.fetch_add(1);
-    read_timer_.cancel();
+    std::string path;
+    if (parser_ && parser_->is_header_done()) {
+      auto t = parser_->get().target();
+      path.assign(t.data(), t.size());
+      path = path.substr(0, path.find('?'));
+    }
+    disarm_read_timer();
     phase_ = Phase::kClosing;
     keep_alive_ = false;
     close_after_write_ = true;
-    queue(simple_response(status, text));
+    queue(simple_response(status, message, path));
   }
 
   // ---- reading ---------------------------------------------------------------------------------------
@@ -284,16 +294,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (closed_) return true;
     if (read_timed_out_) {
       shared_->stats.timeouts_total.fetch_add(1);
-      fail_request(408, "request timeout\n");
+      fail_request(408, "the request did not arrive in time");
     } else if (ec == http::error::body_limit) {
-      fail_request(413, "request body too large\n");
+      fail_request(413, core::str_cat("request body larger than the limit of ", shared_->limits.max_body_bytes, " bytes"));
     } else if (ec == http::error::header_limit) {
-      fail_request(431, "request header too large\n");
+      fail_request(431, core::str_cat("request head larger than the limit of ", shared_->limits.max_header_bytes, " bytes"));
     } else if (ec == http::error::end_of_stream || ec == net::error::eof ||
                ec == net::error::connection_reset || ec == net::error::operation_aborted) {
       close();
     } else {
-      fail_request(400, core::str_cat("bad request: ", ec.message(), "\n"));
+      fail_request(400, core::str_cat("malformed HTTP request: ", ec.message()));
     }
     return true;
   }
@@ -303,12 +313,12 @@ class Session : public std::enable_shared_from_this<Session> {
     auto& h = parser_->get();
     version_ = h.version() == 10 ? 10 : 11;
     if (h.version() != 10 && h.version() != 11) {
-      fail_request(505, "HTTP version not supported\n");
+      fail_request(505, "HTTP version not supported");
       return;
     }
     // body_limit is only checked against Content-Length as the body arrives; fail early instead.
     if (auto len = parser_->content_length(); len && *len > shared_->limits.max_body_bytes) {
-      fail_request(413, "request body too large\n");
+      fail_request(413, core::str_cat("request body larger than the limit of ", shared_->limits.max_body_bytes, " bytes"));
       return;
     }
     phase_ = Phase::kBody;
@@ -317,7 +327,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto expect = h[http::field::expect];
     if (!parser_->is_done() && !expect.empty()) {
       if (lower(expect) != "100-continue") {
-        fail_request(417, "unsupported Expect\n");
+        fail_request(417, "unsupported Expect header");
         return;
       }
       queue("HTTP/1.1 100 Continue\r\n\r\n");
@@ -547,12 +557,13 @@ void Exchange::release() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-HttpServer::HttpServer(HttpLimits limits, Handler handler)
+HttpServer::HttpServer(HttpLimits limits, Handler handler, ErrorFormatter error_formatter)
     : shared_(std::make_shared<ServerShared>()),
       accept_strand_(net::make_strand(ioc_)),
       acceptor_(accept_strand_) {
   shared_->limits = limits;
   shared_->handler = std::move(handler);
+  shared_->error_formatter = std::move(error_formatter);
 }
 
 HttpServer::~HttpServer() { stop(); }

@@ -109,8 +109,15 @@ struct HttpServerStats {
 class HttpServer {
  public:
   using Handler = std::function<void(std::shared_ptr<Exchange>)>;
+  struct ErrorBody {
+    std::string content_type;
+    std::string body;
+  };
+  // Formats the errors the HTTP layer answers by itself (400, 408, 413, 417, 431, 505, 503 at the
+  // connection cap) for the protocol the path belongs to; `path` is empty when the head was unreadable.
+  using ErrorFormatter = std::function<ErrorBody(int status, std::string_view path, std::string_view message)>;
 
-  HttpServer(HttpLimits limits, Handler handler);
+  HttpServer(HttpLimits limits, Handler handler, ErrorFormatter error_formatter = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

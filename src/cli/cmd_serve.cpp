@@ -1,0 +1,218 @@
+// dsinfer serve: the OpenAI- and Anthropic-compatible HTTP server. With no --model it serves the
+// embedded default (the tiny DeepSeek-V4 model with the V4 tokenizer, generated once and cached).
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "cli/progress.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#if __has_include("engine/v4_runner.h")
+#include "engine/v4_runner.h"
+#define DSINFER_SERVE_HAVE_ENGINE 1
+#endif
+#include "server/api_server.h"
+#include "server/default_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::chrono::milliseconds seconds_flag(const Args& args, const char* name) {
+  const double s = args.get_double(name);
+  DSINFER_CHECK(s > 0, "dsinfer serve: --", name, " must be > 0 seconds, got ", s);
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+int64_t positive_int(const Args& args, const char* name, int64_t min = 1) {
+  const int64_t v = args.get_int(name);
+  DSINFER_CHECK(v >= min, "dsinfer serve: --", name, " must be >= ", min, ", got ", v);
+  return v;
+}
+
+std::string tokenizer_path_for(const std::string& model_dir) {
+  const fs::path own = fs::path(model_dir) / "tokenizer.json";
+  if (fs::is_regular_file(own)) return own.string();
+  DSINFER_LOG_WARN("serve: ", model_dir, " has no tokenizer.json; using the V4 tokenizer");
+  return (fs::path(server::ensure_v4_tokenizer_dir()) / "tokenizer.json").string();
+}
+
+int run_serve(int argc, char** argv) {
+  Args args("serve",
+            "Serve a DeepSeek-V4 checkpoint over HTTP: OpenAI Chat Completions, Responses and Completions,\n"
+            "Anthropic Messages, streaming (SSE) and not. Without --model it serves the embedded tiny model,\n"
+            "generated on first use under ${DSINFER_HOME:-$HOME/.cache/dsinfer}/models/. Stops cleanly on\n"
+            "SIGINT/SIGTERM (a second signal cancels what is still running).");
+  args.option("model", "DIR", "checkpoint directory (config.json, *.safetensors, tokenizer.json)",
+              "the embedded tiny model");
+  args.option("served-model-name", "NAMES",
+              "comma-separated names that requests may give as \"model\"; the first is listed by /v1/models",
+              "dsinfer-tiny, or the model directory's name");
+  args.option("host", "ADDR", "address to listen on (0.0.0.0 for every interface)", "127.0.0.1");
+  args.option("port", "N", "TCP port (0 picks a free one; the ready line tells which)", "8000");
+  args.option("api-key", "KEY",
+              "require this key on /v1/* as 'Authorization: Bearer KEY' or 'x-api-key: KEY' (also from "
+              "$DSINFER_API_KEY)");
+  args.option("max-body-bytes", "N", "largest request body; larger ones get 413", "8388608");
+  args.option("max-header-bytes", "N", "largest request head; larger ones get 431", "16384");
+  args.option("max-prompt-tokens", "N", "longest prompt in tokens (0: what the context allows)", "0");
+  args.option("max-tokens", "N", "cap on a request's max_tokens; explicit larger values get 400 (0: the context)", "0");
+  args.option("max-concurrent-requests", "N", "generation requests in flight; beyond it 429 with Retry-After", "1024");
+  args.option("max-connections", "N", "open connections; beyond it new ones get 503", "16384");
+  args.option("retry-after", "SECONDS", "Retry-After sent with 429", "1");
+  args.option("header-timeout", "SECONDS", "time for a request's head to arrive once it started (slow clients get 408)",
+              "10");
+  args.option("body-timeout", "SECONDS", "time for a request's body to arrive after its head", "60");
+  args.option("idle-timeout", "SECONDS", "keep-alive connections idle this long are closed", "60");
+  args.option("write-timeout", "SECONDS", "a client that reads nothing for this long is dropped (its request cancelled)",
+              "60");
+  args.option("shutdown-timeout", "SECONDS", "on SIGINT/SIGTERM, time in-flight requests get to finish", "30");
+  args.option("io-threads", "N", "threads for network I/O and protocol work", "2");
+  args.option("prompt-version", "v4|v41", "prompt template: V4 or V4.1", "v4");
+  args.flag("no-thinking", "requests that do not choose get thinking mode off (default: on, as deepseek-recipe)");
+  args.option("kv-budget-mb", "MB", "KV memory budget of the engine", "4096");
+  args.option("max-batch-tokens", "N", "tokens per forward step (prefill chunks + decode rows)", "2048");
+  args.option("max-running", "N", "sequences in the running batch", "64");
+  args.option("max-queue", "N", "requests waiting in the engine; beyond it 429", "4096");
+  args.flag("no-prefix-cache", "disable the prefix cache");
+  args.flag("speculation", "MTP speculative decoding (lossless)");
+  args.option("draft-tokens", "N", "draft tokens per step with --speculation", "1");
+  if (!args.parse(argc, argv)) return args.exit_code();
+
+  // Signals are taken by sigwait() below only; every thread started from here inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  server::ApiServerOptions opt;
+  opt.host = args.get("host");
+  const int64_t port = args.get_int("port");
+  DSINFER_CHECK(port >= 0 && port <= 65535, "dsinfer serve: --port must be in [0, 65535], got ", port);
+  opt.port = static_cast<uint16_t>(port);
+  if (auto key = args.get_optional("api-key")) opt.api_key = *key;
+  else if (const char* k = std::getenv("DSINFER_API_KEY"); k && *k) opt.api_key = k;
+  opt.http.max_body_bytes = static_cast<size_t>(positive_int(args, "max-body-bytes"));
+  opt.http.max_header_bytes = static_cast<size_t>(positive_int(args, "max-header-bytes", 1024));
+  opt.http.max_connections = static_cast<size_t>(positive_int(args, "max-connections"));
+  opt.http.header_timeout = seconds_flag(args, "header-timeout");
+  opt.http.body_timeout = seconds_flag(args, "body-timeout");
+  opt.http.idle_timeout = seconds_flag(args, "idle-timeout");
+  opt.http.write_timeout = seconds_flag(args, "write-timeout");
+  opt.max_prompt_tokens = positive_int(args, "max-prompt-tokens", 0);
+  opt.max_output_tokens = positive_int(args, "max-tokens", 0);
+  opt.max_concurrent_requests = static_cast<int>(positive_int(args, "max-concurrent-requests"));
+  opt.retry_after_seconds = static_cast<int>(positive_int(args, "retry-after", 0));
+  opt.io_threads = static_cast<int>(positive_int(args, "io-threads"));
+  const std::string pv = args.get("prompt-version");
+  DSINFER_CHECK(pv == "v4" || pv == "v41" || pv == "v4.1", "dsinfer serve: --prompt-version must be v4 or v41, got '",
+                pv, "'");
+  opt.prompt_version = pv == "v4" ? recipe::PromptVersion::kV4 : recipe::PromptVersion::kV41;
+  opt.conversion.default_thinking_mode = !args.has("no-thinking");
+  const auto drain = seconds_flag(args, "shutdown-timeout");
+
+  engine::EngineOptions eopt;
+  eopt.kv_budget_bytes = positive_int(args, "kv-budget-mb") << 20;
+  eopt.max_batch_tokens = static_cast<int32_t>(positive_int(args, "max-batch-tokens"));
+  eopt.max_running = static_cast<int32_t>(positive_int(args, "max-running"));
+  eopt.max_queue = static_cast<int32_t>(positive_int(args, "max-queue"));
+  eopt.prefix_cache = !args.has("no-prefix-cache");
+  eopt.speculation = args.has("speculation");
+  eopt.draft_tokens = static_cast<int32_t>(positive_int(args, "draft-tokens"));
+
+  // The model: the one given, or the embedded default (generated on first use).
+  std::string model_dir;
+  std::string default_name;
+  if (args.has("model")) {
+    model_dir = args.get("model");
+    DSINFER_CHECK(fs::is_directory(model_dir), "dsinfer serve: --model ", model_dir, " is not a directory");
+    default_name = fs::path(model_dir).lexically_normal().filename().string();
+    if (default_name.empty() || default_name == ".")
+      default_name = fs::path(model_dir).lexically_normal().parent_path().filename().string();
+  } else {
+    default_name = server::kDefaultModelName;
+    const std::string dir = server::default_model_dir();
+    std::printf("dsinfer serve: using the embedded tiny model (%s)\n", dir.c_str());
+    std::fflush(stdout);
+    ProgressBar bar("generating the tiny model");
+    const auto made = server::ensure_default_model([&](uint64_t done, uint64_t total) { bar.update(done, total); });
+    bar.finish();
+    if (made.created) std::printf("dsinfer serve: generated the tiny model in %s\n", made.dir.c_str());
+    model_dir = made.dir;
+  }
+  opt.model_names = split_names(args.get_optional("served-model-name").value_or(""));
+  if (!args.has("served-model-name") || opt.model_names.empty()) opt.model_names = {default_name};
+
+#ifndef DSINFER_SERVE_HAVE_ENGINE
+  core::fail("dsinfer serve: this build has no DeepSeek-V4 engine (src/engine/v4_runner.h)");
+#else
+  const auto t0 = std::chrono::steady_clock::now();
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tokenizer_path_for(model_dir));
+  std::unique_ptr<engine::Engine> eng;
+  {
+    ProgressBar bar("loading " + model_dir);
+    auto runner = engine::open_model(model_dir, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+    bar.finish();
+    eng = engine::make_engine(std::move(runner), eopt);
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  server::ApiServer api(opt, *eng, tok);
+  api.start();
+  std::printf("dsinfer serve: model \"%s\" from %s loaded in %.1f s (context %lld tokens)\n",
+              opt.model_names.front().c_str(), model_dir.c_str(), load_s,
+              static_cast<long long>(eng->max_context()));
+  std::printf("dsinfer serve: listening on http://%s:%u (OpenAI: /v1/chat/completions /v1/responses "
+              "/v1/completions, Anthropic: /v1/messages)%s\n",
+              opt.host.find(':') != std::string::npos ? ("[" + opt.host + "]").c_str() : opt.host.c_str(),
+              static_cast<unsigned>(api.port()), opt.api_key.empty() ? "" : ", API key required");
+  std::printf("dsinfer serve: ready\n");
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::printf("dsinfer serve: %s received, finishing in-flight requests (up to %.0f s; again to cancel them)\n",
+              sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<double>(drain.count()) / 1000.0);
+  std::fflush(stdout);
+  std::atomic<bool> done{false};
+  std::thread second([&] {
+    // A second signal cuts the drain short; shutdown() itself wakes this thread when it is over.
+    int s = 0;
+    sigwait(&signals, &s);
+    if (!done.load()) api.cancel_in_flight();
+  });
+  api.shutdown(drain);
+  done.store(true);
+  pthread_kill(second.native_handle(), SIGTERM);
+  second.join();
+  eng.reset();
+  std::printf("dsinfer serve: stopped\n");
+  return 0;
+#endif
+}
+
+}  // namespace
+DSINFER_COMMAND("serve", "serve a model over HTTP (OpenAI and Anthropic APIs)", run_serve);
+}  // namespace dsinfer::cli

@@ -1,0 +1,52 @@
+// Errors as each protocol's clients expect them. OpenAI (Chat Completions, Responses, Completions,
+// models): {"error":{"message","type","param","code"}}. Anthropic (Messages):
+// {"type":"error","error":{"type","message"}}. Status codes map to the types the official SDKs know.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "server/http_server.h"
+
+namespace dsinfer::server {
+
+enum class ErrorFlavor { kOpenAI, kAnthropic };
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string code;   // OpenAI "code" (e.g. context_length_exceeded); empty: derived from the status
+  std::string param;  // OpenAI "param"; empty: null
+  HeaderList headers; // e.g. Retry-After
+};
+
+// Thrown while preparing a request; the route answers it in its protocol's shape.
+class ApiException : public std::runtime_error {
+ public:
+  explicit ApiException(ApiError error) : std::runtime_error(error.message), error_(std::move(error)) {}
+  const ApiError& error() const { return error_; }
+
+ private:
+  ApiError error_;
+};
+
+[[noreturn]] inline void throw_api_error(int status, std::string message, std::string code = "",
+                                         std::string param = "") {
+  throw ApiException(ApiError{status, std::move(message), std::move(code), std::move(param), {}});
+}
+
+// The protocol a path belongs to: /v1/messages... is Anthropic, everything else OpenAI.
+ErrorFlavor flavor_for_path(std::string_view path);
+
+// OpenAI "type" / Anthropic error "type" for a status.
+std::string openai_error_type(int status);
+std::string anthropic_error_type(int status);
+
+std::string error_body(ErrorFlavor flavor, const ApiError& error);
+
+// The body of a conversion error from the recipe layer (already in OpenAI shape) re-shaped for the
+// flavor: OpenAI keeps it as it is; Anthropic takes its message.
+std::string reshape_openai_error(ErrorFlavor flavor, int status, const std::string& openai_body);
+
+}  // namespace dsinfer::server

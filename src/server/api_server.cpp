@@ -1,0 +1,651 @@
+#include "server/api_server.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <thread>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+
+#include "core/log.h"
+#include "recipe/conversion_error.h"
+#include "recipe/json_text.h"
+#include "server/api_errors.h"
+#include "server/protocol_streams.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer::server {
+
+using Json = recipe::Json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+enum Route { kHealth, kMetrics, kModels, kChat, kResponses, kMessages, kCompletions, kOther };
+const char* const kRouteNames[] = {"/health",      "/metrics",      "/v1/models",      "/v1/chat/completions",
+                                   "/v1/responses", "/v1/messages", "/v1/completions", "other"};
+
+Route route_of(std::string_view path) {
+  if (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  if (path == "/health") return kHealth;
+  if (path == "/metrics") return kMetrics;
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return kModels;
+  if (path == "/v1/chat/completions") return kChat;
+  if (path == "/v1/responses") return kResponses;
+  if (path == "/v1/messages") return kMessages;
+  if (path == "/v1/completions") return kCompletions;
+  return kOther;
+}
+
+
+ErrorFlavor flavor_of(int route) { return route == kMessages ? ErrorFlavor::kAnthropic : ErrorFlavor::kOpenAI; }
+
+std::string random_hex(size_t n) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* digits = "0123456789abcdef";
+  std::string out(n, '0');
+  for (size_t i = 0; i < n; ++i) out[i] = digits[rng() & 15];
+  return out;
+}
+
+uint64_t random_u64() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+std::string metric_name(const std::string& raw) {
+  std::string out;
+  for (char c : raw) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  return out;
+}
+
+// Optional sampling extensions read from the raw body (vLLM-style names); a wrong type is a 400.
+template <typename T>
+std::optional<T> optional_number(const Json& body, const char* key, T lo, T hi) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) throw_api_error(400, core::str_cat("'", key, "' must be a number"), "invalid_type", key);
+  if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer() && !it->is_number_unsigned())
+      throw_api_error(400, core::str_cat("'", key, "' must be an integer"), "invalid_type", key);
+  }
+  double v = it->get<double>();
+  if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)))
+    throw_api_error(400, core::str_cat("'", key, "' is out of range [", lo, ", ", hi, "]"), "invalid_value", key);
+  if constexpr (std::is_same_v<T, uint64_t>) {
+    if (it->is_number_unsigned()) return it->get<uint64_t>();
+    int64_t s = it->get<int64_t>();
+    if (s < 0) throw_api_error(400, core::str_cat("'", key, "' must not be negative"), "invalid_value", key);
+    return static_cast<uint64_t>(s);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+std::optional<bool> optional_bool(const Json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) throw_api_error(400, core::str_cat("'", key, "' must be a boolean"), "invalid_type", key);
+  return it->get<bool>();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// One generation request from submission to its last byte. Lives on the connection's strand.
+struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
+  ApiServer* server = nullptr;
+  std::shared_ptr<Exchange> ex;
+  int route = kOther;
+  bool stream = false;
+  std::string response_id;
+  std::unique_ptr<ResponseStream> out;
+  engine::RequestId id = 0;
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  bool begun = false;
+  bool done = false;
+  bool client_gone = false;
+  bool shutdown_cancel = false;
+  bool have_first_token = false;
+  Clock::time_point first_token_at;
+
+  void on_event(const engine::TokenEvent& ev) {
+    if (done) return;
+    std::string bytes;
+    try {
+      if (!begun) {
+        begun = true;
+        if (ev.prompt_tokens > 0) prompt_tokens = ev.prompt_tokens;
+        cached_tokens = ev.cached_tokens;
+        bytes += out->begin(prompt_tokens, cached_tokens);
+      }
+      if (!ev.tokens.empty()) {
+        if (!have_first_token) {
+          have_first_token = true;
+          first_token_at = Clock::now();
+          server->ttft_->observe({{"route", kRouteNames[route]}},
+                                 std::chrono::duration<double>(first_token_at - ex->request().received).count());
+        }
+        bytes += out->tokens(ev.tokens);
+      }
+      if (out->finished()) {  // the output ended the response (stop sequence): the engine can stop now
+        if (ev.finish == engine::FinishReason::kNone) server->engine_.cancel(id);
+        complete(std::move(bytes), StreamEnd::kStop);
+        return;
+      }
+      if (ev.finish != engine::FinishReason::kNone) {
+        StreamEnd end = StreamEnd::kStop;
+        std::string why;
+        switch (ev.finish) {
+          case engine::FinishReason::kLength: end = StreamEnd::kLength; break;
+          case engine::FinishReason::kCancelled:
+            end = StreamEnd::kCancelled;
+            why = shutdown_cancel ? "the server is shutting down" : "the request was cancelled";
+            break;
+          case engine::FinishReason::kError:
+            end = StreamEnd::kError;
+            why = ev.error.empty() ? "the engine failed" : ev.error;
+            break;
+          default: break;
+        }
+        bytes += out->end(end, why);
+        complete(std::move(bytes), end, why);
+        return;
+      }
+    } catch (const std::exception& e) {
+      DSINFER_LOG_ERROR("server: ", kRouteNames[route], " ", response_id, ": ", e.what());
+      server->engine_.cancel(id);
+      complete(std::move(bytes), StreamEnd::kError, e.what());
+      return;
+    }
+    if (stream && !bytes.empty()) ex->write(std::move(bytes));
+  }
+
+  void on_client_gone() {
+    if (done) return;
+    client_gone = true;
+    server->cancelled_->add({{"route", kRouteNames[route]}, {"why", "client_disconnect"}});
+    server->engine_.cancel(id);  // the engine answers with kCancelled; its KV is freed at once
+  }
+
+  void cancel_for_shutdown() {
+    if (done || client_gone) return;
+    shutdown_cancel = true;
+    server->cancelled_->add({{"route", kRouteNames[route]}, {"why", "shutdown"}});
+    server->engine_.cancel(id);
+  }
+
+  void complete(std::string bytes, StreamEnd end, const std::string& why = "") {
+    done = true;
+    int status = 200;
+    if (stream) {
+      if (!bytes.empty()) ex->write(std::move(bytes));
+      ex->end_stream();
+    } else if (end == StreamEnd::kError || end == StreamEnd::kCancelled) {
+      status = end == StreamEnd::kError ? 500 : 503;
+      ex->respond(status, "application/json", error_body(flavor_of(route), ApiError{status, why, "", "", {}}),
+                  {{"X-Request-Id", response_id}});
+    } else {
+      ex->respond(200, "application/json", out->body(), {{"X-Request-Id", response_id}});
+    }
+    const auto now = Clock::now();
+    const Labels rl = {{"route", kRouteNames[route]}};
+    const double e2e = std::chrono::duration<double>(now - ex->request().received).count();
+    std::string reason = client_gone                     ? "cancelled"
+                         : end == StreamEnd::kCancelled ? "cancelled"
+                         : end == StreamEnd::kError     ? "error"
+                                                        : out->finish_reason();
+    int64_t completion = out->completion_tokens();
+    server->finished_->add({{"route", kRouteNames[route]}, {"reason", reason}});
+    server->e2e_->observe(rl, e2e);
+    if (have_first_token && completion > 1)
+      server->tpot_->observe(rl, std::chrono::duration<double>(now - first_token_at).count() /
+                                     static_cast<double>(completion - 1));
+    server->prompt_tokens_->add(rl, static_cast<double>(prompt_tokens));
+    server->cached_tokens_->add(rl, static_cast<double>(cached_tokens));
+    server->generated_tokens_->add(rl, static_cast<double>(completion));
+    if (!client_gone) server->count_response(route, status);
+    server->http_duration_->observe(rl, e2e);
+    server->finish_call(*this);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------
+ApiServer::ApiServer(ApiServerOptions options, engine::Engine& engine, const tokenizer::Tokenizer& tokenizer)
+    : options_(std::move(options)), engine_(engine), tokenizer_(tokenizer), encoder_(tokenizer) {
+  DSINFER_CHECK(!options_.model_names.empty(), "server: at least one model name is needed");
+  created_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
+  register_metrics();
+  http_ = std::make_unique<HttpServer>(
+      options_.http, [this](std::shared_ptr<Exchange> ex) { handle(std::move(ex)); },
+      [](int status, std::string_view path, std::string_view message) {
+        return HttpServer::ErrorBody{"application/json",
+                                     error_body(flavor_for_path(path), ApiError{status, std::string(message), "", "", {}})};
+      });
+}
+
+ApiServer::~ApiServer() {
+  if (!shutting_down_.load()) shutdown(std::chrono::milliseconds(0));
+}
+
+void ApiServer::register_metrics() {
+  http_requests_ = &metrics_.counter("dsinfer_http_requests_total", "HTTP responses by route and status code.");
+  http_duration_ = &metrics_.histogram("dsinfer_http_request_duration_seconds",
+                                       "Time from a complete request to its last response byte queued.",
+                                       latency_buckets());
+  ttft_ = &metrics_.histogram("dsinfer_time_to_first_token_seconds",
+                              "Time from a complete request to its first generated token.", latency_buckets());
+  tpot_ = &metrics_.histogram("dsinfer_time_per_output_token_seconds",
+                              "Mean time between generated tokens after the first, per request.",
+                              latency_buckets());
+  e2e_ = &metrics_.histogram("dsinfer_request_latency_seconds", "End-to-end latency of generation requests.",
+                             latency_buckets());
+  prompt_tokens_ = &metrics_.counter("dsinfer_prompt_tokens_total", "Prompt tokens of finished requests.");
+  cached_tokens_ = &metrics_.counter("dsinfer_prompt_cache_hit_tokens_total",
+                                     "Prompt tokens served from the prefix cache (prompt_cache_hit_tokens).");
+  generated_tokens_ = &metrics_.counter("dsinfer_generation_tokens_total", "Completion tokens of finished requests.");
+  finished_ = &metrics_.counter("dsinfer_requests_finished_total",
+                                "Generation requests by route and finish reason (stop, length, tool_calls, "
+                                "stop_sequence, cancelled, error, ...).");
+  cancelled_ = &metrics_.counter("dsinfer_requests_cancelled_total",
+                                 "Generation requests cancelled, by why (client_disconnect, shutdown).");
+  rejected_ = &metrics_.counter("dsinfer_requests_rejected_total",
+                                "Generation requests refused before running, by reason.");
+  metrics_.add_collector([this](PromWriter& w) {
+    w.gauge("dsinfer_requests_in_flight", "Generation requests submitted and not finished.", active_calls_.load());
+    const auto& st = http_->stats();
+    w.gauge("dsinfer_http_open_connections", "Open client connections.", st.open_connections.load());
+    w.counter("dsinfer_http_connections_total", "Connections accepted.", st.accepted_total.load());
+    w.counter("dsinfer_http_rejected_connections_total", "Connections refused at the connection cap.",
+              st.rejected_connections_total.load());
+    w.counter("dsinfer_http_timeouts_total", "Requests cut for arriving too slowly, idle or stalled connections.",
+              st.timeouts_total.load());
+    w.counter("dsinfer_http_bad_requests_total", "Unparsable, oversized or otherwise refused HTTP requests.",
+              st.bad_requests_total.load());
+    w.gauge("process_resident_memory_bytes", "Resident memory of the server process.",
+            static_cast<double>(resident_bytes()));
+    const engine::EngineMetrics m = engine_.metrics();
+    w.gauge("dsinfer_engine_waiting_requests", "Requests waiting for admission.", m.waiting);
+    w.gauge("dsinfer_engine_running_requests", "Requests in the running batch.", m.running);
+    w.counter("dsinfer_engine_preempted_total", "Preemptions.", m.preempted_total);
+    w.gauge("dsinfer_engine_kv_used_bytes", "KV memory in use (sequences and prefix cache).", m.kv_bytes_used);
+    w.gauge("dsinfer_engine_kv_budget_bytes", "KV memory budget.", m.kv_bytes_budget);
+    w.counter("dsinfer_engine_prompt_tokens_total", "Prompt tokens admitted by the engine.", m.prompt_tokens_total);
+    w.counter("dsinfer_engine_cached_tokens_total", "Prompt tokens served from the prefix cache.",
+              m.cached_tokens_total);
+    w.counter("dsinfer_engine_generated_tokens_total", "Tokens generated by the engine.", m.generated_tokens_total);
+    w.counter("dsinfer_engine_steps_total", "Forward steps.", m.steps_total);
+    w.counter("dsinfer_engine_step_seconds_total", "Time spent in forward steps.", m.step_seconds_total);
+    w.counter("dsinfer_engine_draft_tokens_total", "Speculative draft tokens proposed.", m.draft_tokens_total);
+    w.counter("dsinfer_engine_accepted_draft_tokens_total", "Speculative draft tokens accepted.",
+              m.accepted_draft_tokens_total);
+    for (const auto& [name, value] : m.extra) {
+      std::string n = "dsinfer_engine_" + metric_name(name);
+      if (n.size() > 6 && n.compare(n.size() - 6, 6, "_total") == 0)
+        w.counter(n, "Engine counter " + name + ".", value);
+      else
+        w.gauge(n, "Engine gauge " + name + ".", value);
+    }
+  });
+}
+
+void ApiServer::start() {
+  http_->listen(options_.host, options_.port);
+  http_->start(options_.io_threads);
+}
+
+bool ApiServer::authorized(const HttpRequest& req) const {
+  if (options_.api_key.empty()) return true;
+  std::string_view auth = req.header("authorization");
+  if (auth.size() > 7 && (auth.substr(0, 7) == "Bearer " || auth.substr(0, 7) == "bearer ") &&
+      constant_time_equal(auth.substr(7), options_.api_key))
+    return true;
+  std::string_view key = req.header("x-api-key");
+  return !key.empty() && constant_time_equal(key, options_.api_key);
+}
+
+void ApiServer::count_response(int route, int status) {
+  http_requests_->add({{"route", kRouteNames[route]}, {"code", std::to_string(status)}});
+}
+
+void ApiServer::reply_json(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& body,
+                           HeaderList headers) {
+  ex->respond(status, "application/json", body, std::move(headers));
+  count_response(route, status);
+  http_duration_->observe({{"route", kRouteNames[route]}},
+                          std::chrono::duration<double>(Clock::now() - ex->request().received).count());
+}
+
+void ApiServer::reply_error(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& message,
+                            const std::string& code, HeaderList headers) {
+  reply_json(ex, route, status, error_body(flavor_of(route), ApiError{status, message, code, "", {}}),
+             std::move(headers));
+}
+
+void ApiServer::handle(std::shared_ptr<Exchange> ex) {
+  const HttpRequest& req = ex->request();
+  const int route = route_of(req.path);
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool post = req.method == "POST";
+  switch (route) {
+    case kHealth:
+      if (!get) return reply_error(ex, route, 405, "use GET", "method_not_allowed", {{"Allow", "GET"}});
+      if (shutting_down_.load() || http_->draining())
+        return reply_json(ex, route, 503, R"({"status":"draining"})");
+      return reply_json(ex, route, 200, R"({"status":"ok"})");
+    case kMetrics:
+      if (!get) return reply_error(ex, route, 405, "use GET", "method_not_allowed", {{"Allow", "GET"}});
+      ex->respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
+      count_response(route, 200);
+      return;
+    case kOther:
+      return reply_error(ex, route, 404, core::str_cat("no route for ", req.method, " ", req.path), "not_found");
+    default: break;
+  }
+  if (!authorized(req)) {
+    rejected_->add({{"reason", "unauthorized"}});
+    return reply_error(ex, route, 401, "invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
+                       "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
+  }
+  if (route == kModels) {
+    if (!get) return reply_error(ex, route, 405, "use GET", "method_not_allowed", {{"Allow", "GET"}});
+    const bool anthropic = req.has_header("anthropic-version");
+    auto entry = [&](const std::string& name) {
+      if (anthropic)
+        return Json{{"type", "model"}, {"id", name}, {"display_name", name}, {"created_at", "1970-01-01T00:00:00Z"}};
+      return Json{{"id", name}, {"object", "model"}, {"created", created_unix_}, {"owned_by", "dsinfer"},
+                  {"max_model_len", engine_.max_context()}};
+    };
+    std::string_view path = req.path;
+    if (path.size() > 11 && path.rfind("/v1/models/", 0) == 0) {
+      std::string name(path.substr(11));
+      if (std::find(options_.model_names.begin(), options_.model_names.end(), name) == options_.model_names.end())
+        return reply_error(ex, route, 404, core::str_cat("The model '", name, "' does not exist"), "model_not_found");
+      return reply_json(ex, route, 200, recipe::to_compact_json(entry(name)));
+    }
+    Json data = Json::array();
+    for (const auto& n : options_.model_names) data.push_back(entry(n));
+    Json list = anthropic ? Json{{"data", data}, {"has_more", false}, {"first_id", options_.model_names.front()},
+                                 {"last_id", options_.model_names.back()}}
+                          : Json{{"object", "list"}, {"data", data}};
+    return reply_json(ex, route, 200, recipe::to_compact_json(list));
+  }
+  if (!post) return reply_error(ex, route, 405, "use POST", "method_not_allowed", {{"Allow", "POST"}});
+  if (shutting_down_.load() || http_->draining()) {
+    rejected_->add({{"reason", "shutting_down"}});
+    return reply_error(ex, route, 503, "the server is shutting down", "service_unavailable");
+  }
+  handle_generation(ex, route);
+}
+
+void ApiServer::handle_generation(const std::shared_ptr<Exchange>& ex, int route) {
+  // The slot is taken first, so that a flood of requests is refused before any parsing work.
+  if (active_calls_.fetch_add(1) >= options_.max_concurrent_requests) {
+    active_calls_.fetch_sub(1);
+    rejected_->add({{"reason", "concurrency_limit"}});
+    return reply_error(ex, route, 429,
+                       core::str_cat("too many concurrent requests (limit ", options_.max_concurrent_requests, ")"),
+                       "rate_limit_exceeded", {{"Retry-After", std::to_string(options_.retry_after_seconds)}});
+  }
+  bool slot_owned = true;
+  auto release_slot = [&] {
+    if (slot_owned) active_calls_.fetch_sub(1);
+    slot_owned = false;
+  };
+  auto fail = [&](int status, const std::string& body, const char* reason, HeaderList headers = {}) {
+    release_slot();
+    rejected_->add({{"reason", reason}});
+    reply_json(ex, route, status, body, std::move(headers));
+  };
+  const ErrorFlavor flavor = flavor_of(route);
+
+  auto call = std::make_shared<Call>();
+  call->server = this;
+  call->ex = ex;
+  call->route = route;
+  engine::RequestSpec spec;
+  try {
+    Json body;
+    try {
+      body = recipe::parse_json(ex->request().body);
+    } catch (const std::exception& e) {
+      throw_api_error(400, core::str_cat("the request body is not valid JSON: ", e.what()), "invalid_json");
+    }
+    if (!body.is_object()) throw_api_error(400, "the request body must be a JSON object", "invalid_type");
+    if (auto m = body.find("model"); m != body.end() && m->is_string()) {
+      const std::string name = m->get<std::string>();
+      if (std::find(options_.model_names.begin(), options_.model_names.end(), name) == options_.model_names.end())
+        throw_api_error(404, core::str_cat("The model '", name, "' does not exist (this server serves '",
+                                           options_.model_names.front(), "')"),
+                        "model_not_found", "model");
+    }
+    const std::string model =
+        body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : options_.model_names.front();
+    const int64_t context = engine_.max_context();
+    const int64_t max_prompt = options_.max_prompt_tokens > 0 ? std::min(options_.max_prompt_tokens, context - 1) : context - 1;
+    auto check_prompt = [&](int64_t n) {
+      if (n == 0) throw_api_error(400, "the prompt is empty", "invalid_prompt", "prompt");
+      if (n > max_prompt)
+        throw_api_error(400,
+                        core::str_cat("This model's maximum prompt length is ", max_prompt, " tokens; the request has ",
+                                      n, " prompt tokens"),
+                        "context_length_exceeded");
+    };
+    auto cap_max_tokens = [&](int64_t requested, bool explicit_limit) -> int32_t {
+      if (options_.max_output_tokens > 0 && requested > options_.max_output_tokens) {
+        if (explicit_limit)
+          throw_api_error(400,
+                          core::str_cat("max_tokens is ", requested, ", more than this server's limit of ",
+                                        options_.max_output_tokens),
+                          "max_tokens_too_large", "max_tokens");
+        requested = options_.max_output_tokens;
+      }
+      return static_cast<int32_t>(std::min<int64_t>(requested, std::numeric_limits<int32_t>::max()));
+    };
+
+    if (route == kCompletions) {
+      call->response_id = "cmpl-" + random_hex(24);
+      CompletionOptions co;
+      co.id = call->response_id;
+      co.model = model;
+      co.stream = optional_bool(body, "stream").value_or(false);
+      if (!body.contains("prompt")) throw_api_error(400, "missing field `prompt`", "missing_field", "prompt");
+      const Json& prompt = body["prompt"];
+      auto is_id_list = [](const Json& a) {
+        return a.is_array() && std::all_of(a.begin(), a.end(), [](const Json& x) { return x.is_number_integer(); });
+      };
+      if (prompt.is_string()) {
+        co.prompt_text = prompt.get<std::string>();
+        // A raw prompt is the client's own template: added-token spellings in it are meant as tokens.
+        spec.prompt_ids = tokenizer_.encode(co.prompt_text);
+      } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
+        co.prompt_text = prompt[0].get<std::string>();
+        spec.prompt_ids = tokenizer_.encode(co.prompt_text);
+      } else if (is_id_list(prompt) && !prompt.empty()) {
+        for (const auto& x : prompt) {
+          if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= tokenizer_.vocab_size())
+            throw_api_error(400, core::str_cat("prompt token id ", x.dump(), " is outside the vocabulary [0, ",
+                                               tokenizer_.vocab_size(), ")"),
+                            "invalid_prompt", "prompt");
+          spec.prompt_ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+        }
+        co.prompt_text = tokenizer_.decode(spec.prompt_ids);
+      } else if (prompt.is_array() && prompt.size() == 1 && is_id_list(prompt[0])) {
+        for (const auto& x : prompt[0]) {
+          int64_t v = x.get<int64_t>();
+          if (v < 0 || v >= tokenizer_.vocab_size())
+            throw_api_error(400, core::str_cat("prompt token id ", v, " is outside the vocabulary"), "invalid_prompt", "prompt");
+          spec.prompt_ids.push_back(static_cast<int32_t>(v));
+        }
+        co.prompt_text = tokenizer_.decode(spec.prompt_ids);
+      } else if (prompt.is_array() && prompt.size() > 1) {
+        throw_api_error(400, "only one prompt per request is supported", "invalid_prompt", "prompt");
+      } else {
+        throw_api_error(400, "'prompt' must be a string, an array of token ids, or an array with one of these",
+                        "invalid_type", "prompt");
+      }
+      check_prompt(static_cast<int64_t>(spec.prompt_ids.size()));
+      if (auto n = optional_number<int64_t>(body, "n", 1, 1); n && *n != 1)
+        throw_api_error(400, "only n = 1 is supported", "invalid_value", "n");
+      if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null() && !(lp->is_number() && lp->get<double>() == 0))
+        throw_api_error(400, "logprobs are not supported", "unsupported_parameter", "logprobs");
+      if (auto s = body.find("suffix"); s != body.end() && !s->is_null())
+        throw_api_error(400, "suffix is not supported", "unsupported_parameter", "suffix");
+      co.echo = optional_bool(body, "echo").value_or(false);
+      if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
+        co.include_usage = so->value("include_usage", false);
+      if (auto st = body.find("stop"); st != body.end() && !st->is_null()) {
+        if (st->is_string()) {
+          co.stop.push_back(st->get<std::string>());
+        } else if (st->is_array() && st->size() <= 16 &&
+                   std::all_of(st->begin(), st->end(), [](const Json& x) { return x.is_string(); })) {
+          for (const auto& x : *st) co.stop.push_back(x.get<std::string>());
+        } else {
+          throw_api_error(400, "'stop' must be a string or an array of at most 16 strings", "invalid_type", "stop");
+        }
+      }
+      const int64_t room = context - static_cast<int64_t>(spec.prompt_ids.size());
+      auto mt = optional_number<int64_t>(body, "max_tokens", 1, std::numeric_limits<int32_t>::max());
+      if (mt && *mt > room)
+        throw_api_error(400,
+                        core::str_cat("max_tokens is ", *mt, " but the context leaves ", room, " tokens after the ",
+                                      spec.prompt_ids.size(), "-token prompt (context length ", context, ")"),
+                        "context_length_exceeded", "max_tokens");
+      spec.max_tokens = cap_max_tokens(mt.value_or(std::min<int64_t>(16, room)), mt.has_value());
+      spec.sampling.temperature = optional_number<float>(body, "temperature", 0.f, 2.f).value_or(1.f);
+      spec.sampling.top_p = optional_number<float>(body, "top_p", 0.f, 1.f).value_or(1.f);
+      if (spec.sampling.top_p <= 0.f) throw_api_error(400, "top_p must be in (0, 1]", "invalid_value", "top_p");
+      call->stream = co.stream;
+      call->out = make_completion_stream(co, tokenizer_);
+    } else {
+      const recipe::Protocol protocol = route == kChat        ? recipe::Protocol::kChatCompletions
+                                        : route == kResponses ? recipe::Protocol::kResponses
+                                                              : recipe::Protocol::kMessages;
+      call->response_id = (route == kChat ? "chatcmpl-" : route == kResponses ? "resp_" : "msg_") + random_hex(24);
+      recipe::ConvertedRequest conv = recipe::convert_request(protocol, body, options_.conversion);
+      recipe::RenderedPrompt rendered = recipe::render_conversation(conv.request.conversation, options_.prompt_version);
+      if (!rendered.image_sources.empty())
+        throw_api_error(400, "this model does not accept images", "unsupported_content");
+      spec.prompt_ids = encoder_.encode(rendered);
+      check_prompt(static_cast<int64_t>(spec.prompt_ids.size()));
+      const bool explicit_limit = conv.request.inference_options.max_tokens.has_value();
+      const uint32_t resolved =
+          conv.request.resolve_max_tokens(static_cast<int64_t>(spec.prompt_ids.size()), context);
+      spec.max_tokens = cap_max_tokens(resolved, explicit_limit);
+      spec.sampling.temperature = conv.request.inference_options.temperature.value_or(1.f);
+      spec.sampling.top_p = conv.request.inference_options.top_p.value_or(1.f);
+      call->stream = conv.request.stream;
+      call->out = make_recipe_stream(conv, call->response_id, model, call->stream, tokenizer_);
+    }
+    // Extensions shared by every route.
+    if (auto k = optional_number<int64_t>(body, "top_k", -1, 1 << 20)) spec.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(*k, 0));
+    if (auto mp = optional_number<float>(body, "min_p", 0.f, 1.f)) spec.sampling.min_p = *mp;
+    if (auto ig = optional_bool(body, "ignore_eos")) spec.ignore_eos = *ig;
+    if (auto seed = optional_number<uint64_t>(body, "seed", 0, std::numeric_limits<uint64_t>::max())) {
+      spec.sampling.seed = *seed;
+    } else {
+      spec.sampling.seed = random_u64();
+      spec.sampling.stream_key = random_u64();
+    }
+    spec.stop_token_ids.clear();
+  } catch (const ApiException& e) {
+    ApiError err = e.error();
+    return fail(err.status, error_body(flavor, err), "invalid");
+  } catch (const recipe::ConversionError& e) {
+    return fail(e.http_status(), reshape_openai_error(flavor, e.http_status(), recipe::to_compact_json(e.http_body())),
+                "invalid");
+  } catch (const std::exception& e) {
+    // A core::Error from below (tokenizer, renderer) names what was wrong with the input.
+    return fail(400, error_body(flavor, ApiError{400, e.what(), "", "", {}}), "invalid");
+  }
+
+  call->prompt_tokens = static_cast<int64_t>(spec.prompt_ids.size());
+  std::weak_ptr<Call> weak = call;
+  ex->on_disconnect([weak] {
+    if (auto c = weak.lock()) c->on_client_gone();
+  });
+  auto strand = ex->executor();
+  engine::SubmitResult r = engine_.submit(std::move(spec), [call, strand](const engine::TokenEvent& ev) {
+    boost::asio::post(strand, [call, ev] { call->on_event(ev); });
+  });
+  if (r.status != engine::SubmitStatus::kAccepted) {
+    switch (r.status) {
+      case engine::SubmitStatus::kQueueFull:
+        return fail(429, error_body(flavor, ApiError{429, "the engine's queue is full: " + r.message, "rate_limit_exceeded", "", {}}),
+                    "queue_full", {{"Retry-After", std::to_string(options_.retry_after_seconds)}});
+      case engine::SubmitStatus::kTooLong:
+        return fail(400, error_body(flavor, ApiError{400, r.message, "context_length_exceeded", "", {}}), "too_long");
+      case engine::SubmitStatus::kShuttingDown:
+        return fail(503, error_body(flavor, ApiError{503, "the server is shutting down", "", "", {}}), "shutting_down");
+      default:
+        return fail(400, error_body(flavor, ApiError{400, r.message, "", "", {}}), "invalid");
+    }
+  }
+  slot_owned = false;  // the call owns it now
+  call->id = r.id;
+  {
+    std::lock_guard lock(calls_mu_);
+    calls_[call.get()] = call;
+  }
+  if (call->stream)
+    ex->start_stream(200, "text/event-stream",
+                     {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}, {"X-Request-Id", call->response_id}});
+}
+
+void ApiServer::finish_call(Call& call) {
+  {
+    std::lock_guard lock(calls_mu_);
+    calls_.erase(&call);
+  }
+  active_calls_.fetch_sub(1);
+}
+
+void ApiServer::cancel_in_flight() {
+  abort_drain_.store(true);
+  std::vector<std::shared_ptr<Call>> live;
+  {
+    std::lock_guard lock(calls_mu_);
+    for (auto& [ptr, weak] : calls_)
+      if (auto c = weak.lock()) live.push_back(std::move(c));
+  }
+  if (!live.empty()) DSINFER_LOG_INFO("server: cancelling ", live.size(), " request(s) in flight");
+  for (auto& c : live) boost::asio::post(c->ex->executor(), [c] { c->cancel_for_shutdown(); });
+}
+
+void ApiServer::shutdown(std::chrono::milliseconds drain) {
+  if (shutting_down_.exchange(true)) return;
+  http_->begin_drain();
+  const auto deadline = Clock::now() + drain;
+  bool idle = http_->wait_no_exchanges(std::chrono::milliseconds(0));
+  while (!idle && !abort_drain_.load() && Clock::now() < deadline)
+    idle = http_->wait_no_exchanges(std::chrono::milliseconds(50));
+  if (!idle) {
+    cancel_in_flight();
+    if (!http_->wait_no_exchanges(std::chrono::seconds(10)))
+      DSINFER_LOG_WARN("server: requests still open 10 s after cancelling them; closing their connections");
+  }
+  engine_.shutdown(false);
+  http_->stop();
+}
+
+}  // namespace dsinfer::server

@@ -1,0 +1,108 @@
+// The OpenAI- and Anthropic-compatible API over an engine::Engine: routes, authentication, limits,
+// protocol errors, streaming, cancellation on disconnect, metrics and graceful shutdown. See README.md
+// for the routes, limits and metric names.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "recipe/convert.h"
+#include "recipe/prompt.h"
+#include "recipe/prompt_encoder.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+
+namespace dsinfer::tokenizer {
+class Tokenizer;
+}
+
+namespace dsinfer::server {
+
+struct ApiServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;  // 0 picks a free port
+  std::vector<std::string> model_names = {"dsinfer"};  // names a request's "model" may use; the first is listed
+  std::string api_key;   // empty: no authentication
+  HttpLimits http;
+  int io_threads = 2;
+  int64_t max_prompt_tokens = 0;   // 0: what the engine's context allows
+  int64_t max_output_tokens = 0;   // cap on max_tokens; 0: what the context allows
+  int max_concurrent_requests = 1024;  // generation requests in flight; beyond it 429
+  int retry_after_seconds = 1;     // Retry-After on 429
+  recipe::PromptVersion prompt_version = recipe::PromptVersion::kV4;
+  recipe::ConversionOptions conversion;
+};
+
+class ApiServer {
+ public:
+  // The engine and tokenizer must outlive the server.
+  ApiServer(ApiServerOptions options, engine::Engine& engine, const tokenizer::Tokenizer& tokenizer);
+  ~ApiServer();
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Binds (fails with core::Error) and starts serving.
+  void start();
+  uint16_t port() const { return http_->port(); }
+  const ApiServerOptions& options() const { return options_; }
+
+  // Graceful shutdown: stop accepting, let in-flight requests finish for up to `drain`, then cancel
+  // the rest (each stream ends with a proper error event), stop the engine and the io threads.
+  void shutdown(std::chrono::milliseconds drain);
+  // Cancels every request in flight now (each stream ends with an error event); also cuts a running
+  // shutdown()'s drain short. Thread-safe.
+  void cancel_in_flight();
+
+  std::string render_metrics() const { return metrics_.render(); }
+
+  struct Call;  // one generation request (api_server.cpp)
+
+ private:
+  void handle(std::shared_ptr<Exchange> ex);
+  void handle_generation(const std::shared_ptr<Exchange>& ex, int route);
+  void reply_error(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& message,
+                   const std::string& code = "", HeaderList headers = {});
+  void reply_json(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& body,
+                  HeaderList headers = {});
+  void count_response(int route, int status);
+  bool authorized(const HttpRequest& req) const;
+  void finish_call(Call& call);
+  void register_metrics();
+
+  friend struct Call;
+
+  ApiServerOptions options_;
+  engine::Engine& engine_;
+  const tokenizer::Tokenizer& tokenizer_;
+  recipe::PromptEncoder encoder_;
+  std::unique_ptr<HttpServer> http_;
+  MetricsRegistry metrics_;
+  std::atomic<int> active_calls_{0};
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> abort_drain_{false};
+  std::mutex calls_mu_;
+  std::unordered_map<Call*, std::weak_ptr<Call>> calls_;
+  int64_t created_unix_ = 0;
+
+  // Metric families (owned by metrics_).
+  CounterFamily* http_requests_ = nullptr;
+  HistogramFamily* http_duration_ = nullptr;
+  HistogramFamily* ttft_ = nullptr;
+  HistogramFamily* tpot_ = nullptr;
+  HistogramFamily* e2e_ = nullptr;
+  CounterFamily* prompt_tokens_ = nullptr;
+  CounterFamily* cached_tokens_ = nullptr;
+  CounterFamily* generated_tokens_ = nullptr;
+  CounterFamily* finished_ = nullptr;
+  CounterFamily* cancelled_ = nullptr;
+  CounterFamily* rejected_ = nullptr;
+};
+
+}  // namespace dsinfer::server

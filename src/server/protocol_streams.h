@@ -1,0 +1,35 @@
+// The ResponseStreams of the generation routes: the three chat protocols through the recipe's stream
+// processor and chunk generators, and the legacy Completions API (raw text, no chat template).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "recipe/convert.h"
+#include "server/response_stream.h"
+
+namespace dsinfer::tokenizer {
+class Tokenizer;
+}
+
+namespace dsinfer::server {
+
+std::unique_ptr<ResponseStream> make_recipe_stream(const recipe::ConvertedRequest& request, const std::string& id,
+                                                   const std::string& model, bool stream,
+                                                   const tokenizer::Tokenizer& tokenizer);
+
+struct CompletionOptions {
+  std::string id;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // streaming: a final chunk with usage (stream_options.include_usage)
+  std::vector<std::string> stop;
+  bool echo = false;
+  std::string prompt_text;  // echoed when echo is set
+};
+
+std::unique_ptr<ResponseStream> make_completion_stream(const CompletionOptions& options,
+                                                       const tokenizer::Tokenizer& tokenizer);
+
+}  // namespace dsinfer::server

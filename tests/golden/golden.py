@@ -33,13 +33,20 @@ sys.path.insert(0, REFERENCE)
 import compare as cmp  # noqa: E402
 
 
+def shown(arg):
+    """Long id lists are abbreviated in the printed command line."""
+    if len(arg) > 120 and arg.count(",") > 10:
+        return arg[:60] + f"...({arg.count(',') + 1} ids)"
+    return arg
+
+
 def run(cmd, what):
-    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    print("$ " + " ".join(shlex.quote(shown(c)) for c in cmd), flush=True)
     t0 = time.time()
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = p.stdout.strip()
-    if out:
-        print("\n".join("    " + line for line in out.splitlines()[-40:]))
+    lines = [ln for ln in p.stdout.strip().splitlines() if "%" not in ln or "100%" in ln]  # drop progress bars
+    if lines:
+        print("\n".join("    " + line for line in lines[-40:]))
     print(f"    ({what}: {time.time() - t0:.1f} s, exit {p.returncode})", flush=True)
     if p.returncode != 0:
         raise SystemExit(f"golden: {what} failed with exit status {p.returncode}")

@@ -395,7 +395,7 @@ class DeepseekV4Reference:
         y = torch.zeros(T, cfg.dim, dtype=self.dtype)
         for e in torch.unique(sel).tolist():
             rows, slot = torch.where(sel == e)
-            y[rows] += self.swiglu(x[rows], f"{prefix}experts.{e}.", weights[rows, slot][:, None])
+            y.index_add_(0, rows, self.swiglu(x[rows], f"{prefix}experts.{e}.", weights[rows, slot][:, None]))
         y = y + self.swiglu(x, prefix + "shared_experts.")
         return self.bf(y)
 

@@ -21,6 +21,9 @@ struct SamplingParams {
   int32_t top_k = 0;  // 0 = off
   float min_p = 0.0f;
   uint64_t seed = 0;  // with the request's position: a counter-based stream, independent of batching
+  // Mixed into the random stream with the seed. Two requests with the same prompt, seed and key draw
+  // the same tokens wherever and whenever they run; give distinct keys for distinct samples.
+  uint64_t stream_key = 0;
 };
 
 struct RequestSpec {
@@ -36,7 +39,9 @@ enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 
 struct TokenEvent {
   RequestId id = 0;
-  std::vector<int32_t> tokens;  // new tokens since the last event (may be several with speculation)
+  // New tokens since the last event (several with speculation). A stop token (EOS or one of
+  // stop_token_ids) is not included: it is reported in matched_stop_token with finish == kStop.
+  std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::kNone;  // != kNone on the last event of a request
   int32_t matched_stop_token = -1;
   int64_t prompt_tokens = 0;
@@ -77,5 +82,43 @@ class Engine {
   // Stops admitting; with drain, finishes running requests, else cancels them. Returns when idle.
   virtual void shutdown(bool drain) = 0;
 };
+
+// How an engine runs. Every field has a safe default; README.md explains the design behind each.
+struct EngineOptions {
+  // All KV state counts against this: per-sequence window rings and tails, compressed-KV blocks,
+  // window snapshots and the prefix cache. When it runs out the cache is evicted, then requests are
+  // preempted (and later resumed from the cache or recomputed); the engine never over-allocates.
+  int64_t kv_budget_bytes = int64_t{4} << 30;
+  int32_t max_batch_tokens = 2048;  // tokens per forward step: prefill chunks + decode + verify rows
+  int32_t max_running = 64;         // sequences in the running batch
+  int32_t max_queue = 4096;         // waiting requests; beyond it submit() answers kQueueFull
+
+  bool prefix_cache = true;
+  int64_t prefix_cache_bytes = -1;  // cap on cached blocks + snapshots; -1: whatever the budget leaves
+  // A hit without a window snapshot at its end is resumed by SWA bounded replay (recompute the last
+  // window with attention truncated at the replay start; approximate). Off: such hits fall back to
+  // the deepest snapshot, or a cold prefill, and every output is exactly a cold run's.
+  bool swa_replay = true;
+  // Snapshots are kept at the end of each prompt and each finished request; this adds one at every
+  // block boundary of the prompt (more exact hits for shared prefixes, more memory).
+  bool snapshot_every_block = false;
+
+  bool speculation = false;  // MTP drafting + one-step verification (lossless)
+  int32_t draft_tokens = 1;  // drafts per step (k), at most the model's max_draft_tokens
+
+  // Plans step n+1 while step n computes; only the bookkeeping that depends on step n's tokens stays
+  // between the two forwards.
+  bool overlap_scheduling = true;
+  // A request's tokens do not depend on what else ran in its batch: prefill chunks end on block
+  // boundaries whatever the budget left, and the model is asked for batch-invariant kernels.
+  bool batch_invariant = true;
+  // Random stream keyed by (seed, stream_key, position) only. Off: a per-request nonce is mixed in,
+  // so identical unseeded requests sample differently.
+  bool deterministic_sampling = true;
+};
+
+class ModelRunner;
+// The engine over a model (see model_runner.h; open_model() in v4_runner.h loads a checkpoint dir).
+std::unique_ptr<Engine> make_engine(std::shared_ptr<ModelRunner> model, const EngineOptions& options);
 
 }  // namespace dsinfer::engine

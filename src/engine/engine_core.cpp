@@ -1,0 +1,789 @@
+#include "engine/engine_core.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+
+namespace dsinfer::engine {
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+EngineCore::EngineCore(std::shared_ptr<ModelRunner> model, const EngineOptions& options)
+    : model_(std::move(model)), options_(options) {
+  DSINFER_CHECK(model_ != nullptr, "make_engine: no model");
+  info_ = model_->info();
+  DSINFER_CHECK(info_.vocab_size > 0 && info_.block_tokens > 0 && info_.max_context > 0,
+                "make_engine: the model reports an invalid layout (vocab ", info_.vocab_size, ", block ",
+                info_.block_tokens, ", max context ", info_.max_context, ")");
+  DSINFER_CHECK(options_.kv_budget_bytes > 0, "EngineOptions.kv_budget_bytes must be positive");
+  DSINFER_CHECK(options_.max_batch_tokens >= 1, "EngineOptions.max_batch_tokens must be >= 1");
+  DSINFER_CHECK(options_.max_running >= 1, "EngineOptions.max_running must be >= 1");
+  DSINFER_CHECK(options_.max_queue >= 1, "EngineOptions.max_queue must be >= 1");
+  if (options_.speculation) {
+    DSINFER_CHECK(info_.max_draft_tokens > 0, "EngineOptions.speculation: the model has no drafter (MTP)");
+    DSINFER_CHECK(options_.draft_tokens >= 1 && options_.draft_tokens <= info_.max_draft_tokens,
+                  "EngineOptions.draft_tokens must be in [1, ", info_.max_draft_tokens, "], got ",
+                  options_.draft_tokens);
+  }
+  if (options_.prefix_cache) {
+    const int64_t cap = options_.prefix_cache_bytes < 0
+                            ? options_.kv_budget_bytes
+                            : std::min(options_.prefix_cache_bytes, options_.kv_budget_bytes);
+    cache_ = std::make_unique<PrefixCache>(prefix_root_hash(info_.identity, info_.cache_layout), info_.block_tokens,
+                                           cap);
+  }
+}
+
+EngineCore::~EngineCore() {
+  // Sequences and cached blocks go back to the model before it may be destroyed.
+  for (auto& [id, r] : requests_) r->seq.reset();
+  cache_.reset();
+}
+
+SubmitResult EngineCore::check(const RequestSpec& spec) const {
+  SubmitResult res;
+  auto reject = [&](SubmitStatus s, std::string why) {
+    res.status = s;
+    res.message = std::move(why);
+    return res;
+  };
+  if (spec.prompt_ids.empty()) return reject(SubmitStatus::kInvalid, "prompt_ids is empty");
+  for (size_t i = 0; i < spec.prompt_ids.size(); ++i) {
+    const int32_t t = spec.prompt_ids[i];
+    if (t < 0 || t >= info_.vocab_size) {
+      return reject(SubmitStatus::kInvalid, core::str_cat("prompt_ids[", i, "] = ", t, " is outside the vocabulary [0, ",
+                                                          info_.vocab_size, ")"));
+    }
+  }
+  if (spec.max_tokens < 1) return reject(SubmitStatus::kInvalid, "max_tokens must be >= 1");
+  if (std::string why = validate_sampling(spec.sampling); !why.empty()) {
+    return reject(SubmitStatus::kInvalid, why);
+  }
+  const int64_t total = static_cast<int64_t>(spec.prompt_ids.size()) + spec.max_tokens;
+  if (total > info_.max_context) {
+    return reject(SubmitStatus::kTooLong, core::str_cat("prompt (", spec.prompt_ids.size(), " tokens) + max_tokens (",
+                                                        spec.max_tokens, ") exceeds the context limit ",
+                                                        info_.max_context));
+  }
+  const int64_t drafts = options_.speculation ? options_.draft_tokens : 0;
+  const int64_t alone = info_.sequence_bytes + blocks_for(total + drafts) * info_.block_bytes + info_.snapshot_bytes;
+  if (alone > options_.kv_budget_bytes) {
+    return reject(SubmitStatus::kTooLong, core::str_cat("the request needs ", alone, " bytes of KV state, more than the ",
+                                                        options_.kv_budget_bytes, "-byte KV budget"));
+  }
+  return res;
+}
+
+void EngineCore::add(std::unique_ptr<Request> request) {
+  Request& r = *request;
+  r.tokens = r.spec.prompt_ids;
+  r.prompt_len = static_cast<int64_t>(r.tokens.size());
+  prompt_tokens_total_ += r.prompt_len;
+  waiting_.push_back(&r);
+  requests_.emplace(r.id, std::move(request));
+}
+
+void EngineCore::cancel(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Request& r = *it->second;
+  if (r.state == Request::State::kFinished) return;
+  if (r.inflight_end >= 0) {
+    r.cancel_requested = true;  // finished when its step is applied
+    return;
+  }
+  finish(r, FinishReason::kCancelled);
+}
+
+void EngineCore::cancel_all(const std::string& why) {
+  std::vector<RequestId> ids;
+  for (auto& [id, r] : requests_) ids.push_back(id);
+  for (RequestId id : ids) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    Request& r = *it->second;
+    if (r.state == Request::State::kFinished) continue;
+    if (r.inflight_end >= 0) {
+      r.cancel_requested = true;
+    } else if (why.empty()) {
+      finish(r, FinishReason::kCancelled);
+    } else {
+      finish(r, FinishReason::kError, why);
+    }
+  }
+}
+
+// ---- KV accounting ------------------------------------------------------------------------------
+
+int64_t EngineCore::private_bytes(const Request& r, int64_t positions) const {
+  const int64_t own = std::max<int64_t>(0, blocks_for(positions) - static_cast<int64_t>(r.chain.size()));
+  return info_.sequence_bytes + own * info_.block_bytes + (r.latest_snapshot ? info_.snapshot_bytes : 0);
+}
+
+bool EngineCore::make_room(int64_t bytes) {
+  const int64_t over = used_bytes() + bytes - options_.kv_budget_bytes;
+  if (over <= 0) return true;
+  if (!cache_) return false;
+  cache_->evict(over);
+  return used_bytes() + bytes <= options_.kv_budget_bytes;
+}
+
+bool EngineCore::reserve(Request& r, int64_t positions) {
+  positions = std::max(positions, r.fed);
+  const int64_t want = private_bytes(r, positions);
+  const int64_t delta = want - r.held_bytes;
+  if (delta > 0 && !make_room(delta)) return false;
+  held_total_ += delta;
+  r.held_bytes = want;
+  r.reserved = positions;
+  return true;
+}
+
+void EngineCore::recharge(Request& r) {
+  const int64_t want = r.seq ? private_bytes(r, std::max(r.reserved, r.fed)) : 0;
+  held_total_ += want - r.held_bytes;
+  r.held_bytes = want;
+}
+
+// ---- planning -----------------------------------------------------------------------------------
+
+int32_t EngineCore::draft_count(const Request& r, int64_t fed) const {
+  if (!options_.speculation) return 0;
+  int64_t k = options_.draft_tokens;
+  // This step yields accepted + 1 tokens: no use drafting past max_tokens.
+  k = std::min<int64_t>(k, r.spec.max_tokens - std::max(r.generated, 1) - 1);
+  // Never verify across a block boundary: the sequence must stop exactly on each boundary so the
+  // block can be published and a snapshot taken there.
+  if (cache_) {
+    const int64_t next_boundary = (fed / info_.block_tokens + 1) * info_.block_tokens;
+    k = std::min(k, next_boundary - fed - 1);
+  }
+  k = std::min(k, info_.max_context - fed - 1);
+  return static_cast<int32_t>(std::max<int64_t>(k, 0));
+}
+
+int64_t EngineCore::chunk_end(const Request& r, int64_t start, int64_t budget, bool alone) const {
+  const int64_t target = r.prefill_target();
+  const int64_t end = std::min(target, start + budget);
+  const int64_t B = info_.block_tokens;
+  if (cache_ && r.generated == 0) {
+    // Stop on the prompt's snapshot boundary: a repeat of the prompt resumes exactly there.
+    const int64_t checkpoint = (target - 1) / B * B;
+    if (start < checkpoint && end > checkpoint) return checkpoint;
+  }
+  if (end == target) return end;
+  if (options_.batch_invariant) {
+    const int64_t aligned = end / B * B;
+    if (aligned > start) return aligned;
+    return alone ? end : start;  // a budget below one block: progress beats alignment
+  }
+  return end;
+}
+
+std::optional<Admission> EngineCore::try_admit(Request& r, int64_t budget, bool alone, int64_t& promised,
+                                              StepEntry& entry) {
+  Admission a;
+  a.req = &r;
+  const int64_t target = r.prefill_target();
+  const int64_t B = info_.block_tokens;
+  if (cache_) {
+    a.match = cache_->match(std::span<const int32_t>(r.tokens.data(), target), target / B);
+    const int64_t matched = static_cast<int64_t>(a.match.nodes.size());
+    // Exact resume: the deepest snapshot that still leaves a token to feed (admission starts with a
+    // prefill chunk; it also yields the logits of the first token).
+    const int64_t limit = target - 1;
+    int64_t exact_blocks = 0;
+    for (int64_t b = matched; b >= 1; --b) {
+      if (a.match.snapshots[b - 1] && b * B <= limit) {
+        exact_blocks = b;
+        break;
+      }
+    }
+    // Bounded replay, capped so the last window (plus the rollback depth of speculation) is always
+    // computed normally. Never for a preempted request: its continuation must not change.
+    int64_t replay_blocks = 0;
+    if (options_.swa_replay && info_.supports_replay && r.generated == 0) {
+      const int64_t cap = target - (info_.window + (options_.speculation ? options_.draft_tokens : 0));
+      replay_blocks = std::min(matched, std::max<int64_t>(cap, 0) / B);
+    }
+    const int64_t exact_saved = exact_blocks * B;
+    const int64_t replay_saved = replay_blocks * B - std::min<int64_t>(info_.window, replay_blocks * B);
+    if (replay_saved > exact_saved) {
+      a.use_blocks = replay_blocks;
+      a.start = replay_saved;
+    } else if (exact_blocks > 0) {
+      a.use_blocks = exact_blocks;
+      a.with_snapshot = true;
+      a.start = exact_saved;
+    }
+    for (int64_t b = 0; b < a.use_blocks; ++b) cache_->acquire(a.match.nodes[b]);
+    // Hold no references beyond what is attached: an evicted block must really be freed.
+    a.match.nodes.resize(a.use_blocks);
+    a.match.blocks.resize(a.use_blocks);
+    a.match.snapshots.resize(a.use_blocks);
+  }
+  auto give_up = [&]() -> std::optional<Admission> {
+    for (int64_t b = 0; b < a.use_blocks; ++b) cache_->release(a.match.nodes[b]);
+    return std::nullopt;
+  };
+  const int64_t end = chunk_end(r, a.start, budget, alone);
+  if (end <= a.start) return give_up();
+  const int64_t need =
+      info_.sequence_bytes + std::max<int64_t>(0, blocks_for(end) - a.use_blocks) * info_.block_bytes;
+  const int64_t room =
+      options_.kv_budget_bytes - used_bytes() + (cache_ ? cache_->evictable_bytes() : 0) - promised;
+  if (need > room) return give_up();
+  promised += need;
+  entry.req = &r;
+  entry.prefill = true;
+  entry.start = a.start;
+  entry.n_tokens = static_cast<int32_t>(end - a.start);
+  entry.samples = end == target && r.generated == 0;
+  return a;
+}
+
+StepPlan EngineCore::plan() {
+  StepPlan p;
+  int64_t budget = options_.max_batch_tokens;
+  // Bytes this plan has promised so far, net of what its preemptions will free. The real charge is
+  // made in launch(); here the budget is only projected.
+  int64_t promised = 0;
+  auto room = [&] {
+    return options_.kv_budget_bytes - used_bytes() + (cache_ ? cache_->evictable_bytes() : 0) - promised;
+  };
+  auto projected = [](const Request& r) { return r.inflight_end >= 0 ? r.inflight_end : r.fed; };
+  auto in_prefill = [&](const Request& r) { return projected(r) < r.prefill_target(); };
+  auto pick_victim = [&](const Request& asking, bool allow_self) -> Request* {
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      Request* v = *it;
+      if (v->preempt_pending) continue;
+      if (v == &asking) return allow_self ? v : nullptr;
+      return v;
+    }
+    return nullptr;
+  };
+  auto preempt_for = [&](Request& asking, int64_t need, bool allow_self) {
+    while (need > room()) {
+      Request* v = pick_victim(asking, allow_self);
+      if (!v) return false;
+      v->preempt_pending = true;
+      p.preemptions.push_back(v);
+      promised -= v->held_bytes + (cache_ ? cache_->exclusive_bytes(v->chain) : 0);
+      for (auto it = p.entries.begin(); it != p.entries.end(); ++it) {
+        if (it->req == v) {
+          budget += it->n_tokens;
+          p.entries.erase(it);
+          break;
+        }
+      }
+      if (v == &asking) return false;
+    }
+    return true;
+  };
+  int64_t live = 0;
+  for (Request* r : running_) {
+    if (!r->preempt_pending) ++live;
+  }
+  bool starved = false;  // a running request wanted memory: admit nobody now
+
+  // 1. Decode (and verify) steps of running requests, oldest first.
+  for (Request* r : running_) {
+    if (budget <= 0) break;
+    if (r->preempt_pending || r->cancel_requested || in_prefill(*r)) continue;
+    const int64_t at = projected(*r);
+    const int32_t k = static_cast<int32_t>(std::min<int64_t>(draft_count(*r, at), budget - 1));
+    const int64_t need = std::max<int64_t>(0, private_bytes(*r, at + 1 + k) - r->held_bytes);
+    if (need > room()) {
+      starved = true;
+      if (live <= 1 && !preempt_for(*r, need, false)) {
+        // Alone and still out of memory: check() admitted it, so only the model's own numbers can be
+        // wrong here. Fail it rather than loop.
+        r->preempt_pending = true;
+        p.failures.push_back(r);
+        continue;
+      }
+      if (!preempt_for(*r, need, true)) continue;
+    }
+    StepEntry e;
+    e.req = r;
+    e.start = at;
+    e.drafts = k;
+    e.n_tokens = 1 + k;
+    e.samples = true;
+    promised += need;
+    budget -= e.n_tokens;
+    p.entries.push_back(std::move(e));
+  }
+
+  // 2. Prefill chunks of running requests, oldest first.
+  for (Request* r : running_) {
+    if (budget <= 0) break;
+    if (r->preempt_pending || r->cancel_requested || !in_prefill(*r)) continue;
+    const int64_t start = projected(*r);
+    const int64_t end = chunk_end(*r, start, budget, p.entries.empty());
+    if (end <= start) continue;
+    const int64_t need = std::max<int64_t>(0, private_bytes(*r, end) - r->held_bytes);
+    if (need > room()) {
+      // Only newer requests give way to an older one's prefill.
+      bool newer_exists = false;
+      for (Request* v : running_) newer_exists |= !v->preempt_pending && v->admit_order > r->admit_order;
+      starved = true;
+      if (!newer_exists || !preempt_for(*r, need, false)) continue;
+    }
+    StepEntry e;
+    e.req = r;
+    e.prefill = true;
+    e.start = start;
+    e.n_tokens = static_cast<int32_t>(end - start);
+    e.samples = end == r->prefill_target() && r->generated == 0;
+    promised += need;
+    budget -= e.n_tokens;
+    p.entries.push_back(std::move(e));
+  }
+
+  // 3. Admissions, first come first served; never by preempting, and not while a running request had
+  //    to wait for memory (admitting then would let new arrivals starve it).
+  int64_t running_now = 0;
+  for (Request* r : running_) running_now += !r->preempt_pending;
+  while (!starved && !waiting_.empty() && budget > 0 && running_now < options_.max_running) {
+    Request& r = *waiting_.front();
+    StepEntry e;
+    auto a = try_admit(r, budget, p.entries.empty(), promised, e);
+    if (!a) break;
+    waiting_.pop_front();
+    budget -= e.n_tokens;
+    p.entries.push_back(std::move(e));
+    p.admissions.push_back(std::move(*a));
+    ++running_now;
+  }
+  return p;
+}
+
+// ---- launch / execute / apply -------------------------------------------------------------------
+
+void EngineCore::launch(StepPlan& p) {
+  // A victim left alone by the step that ran meanwhile keeps running: the next plan decides again.
+  for (Request* v : p.preemptions) {
+    v->preempt_pending = false;
+    if (v->state == Request::State::kRunning && running_.size() > 1) preempt(*v);
+  }
+  for (Request* v : p.failures) {
+    v->preempt_pending = false;
+    if (v->state != Request::State::kRunning || running_.size() > 1 || v->inflight_end >= 0) continue;
+    if (reserve(*v, v->fed + 1)) continue;
+    finish(*v, FinishReason::kError,
+           core::str_cat("out of KV memory: the request alone needs more than the ", options_.kv_budget_bytes,
+                         "-byte budget"));
+  }
+  for (Admission& a : p.admissions) {
+    Request& r = *a.req;
+    if (!make_room(info_.sequence_bytes)) {
+      // The step that ran while this was planned used the room: wait for the next plan.
+      for (int64_t b = 0; b < a.use_blocks; ++b) cache_->release(a.match.nodes[b]);
+      waiting_.push_front(&r);
+      continue;
+    }
+    std::vector<std::shared_ptr<const KvBlock>> blocks(a.match.blocks.begin(), a.match.blocks.begin() + a.use_blocks);
+    r.seq = model_->new_sequence();
+    if (a.use_blocks > 0) {
+      model_->attach(*r.seq, blocks, a.with_snapshot ? a.match.snapshots[a.use_blocks - 1].get() : nullptr);
+    }
+    r.fed = r.seq->length();
+    DSINFER_CHECK(r.fed == a.start, "model attach left the sequence at ", r.fed, ", expected ", a.start);
+    r.chain.assign(a.match.nodes.begin(), a.match.nodes.begin() + a.use_blocks);
+    a.match = {};
+    blocks.clear();
+    r.exact = a.use_blocks == 0 || a.with_snapshot;
+    if (a.use_blocks > 0) ++(a.with_snapshot ? exact_hits_ : replay_hits_);
+    if (!r.cache_counted) {
+      r.cached_tokens = r.fed;
+      cached_tokens_total_ += r.fed;
+      r.cache_counted = true;
+    }
+    r.state = Request::State::kRunning;
+    r.admit_order = ++admit_counter_;
+    r.reserved = r.fed;
+    r.held_bytes = 0;
+    recharge(r);
+    running_.push_back(&r);
+  }
+  std::vector<StepEntry> kept;
+  kept.reserve(p.entries.size());
+  p.tokens = 0;
+  for (StepEntry& e : p.entries) {
+    Request& r = *e.req;
+    if (r.state != Request::State::kRunning || r.cancel_requested || r.preempt_pending) continue;
+    if (e.prefill) {
+      const int64_t end = e.start + e.n_tokens;
+      e.start = r.fed;
+      if (end <= e.start) continue;
+      e.n_tokens = static_cast<int32_t>(end - e.start);
+      e.samples = end == r.prefill_target() && r.generated == 0;
+      e.tokens.assign(r.tokens.begin() + e.start, r.tokens.begin() + end);
+    } else {
+      if (r.in_prefill()) continue;
+      DSINFER_CHECK(static_cast<int64_t>(r.tokens.size()) == r.fed + 1, "engine: request ", r.id,
+                    " has no pending token to decode");
+      e.start = r.fed;
+      e.drafts = std::min(e.drafts, draft_count(r, r.fed));
+      e.n_tokens = 1 + e.drafts;
+      e.tokens.assign(e.n_tokens, 0);
+      e.tokens[0] = r.tokens[r.fed];
+    }
+    if (!reserve(r, e.start + e.n_tokens)) continue;  // the next plan preempts for it
+    r.inflight_end = e.start + e.n_tokens;
+    p.tokens += e.n_tokens;
+    kept.push_back(std::move(e));
+  }
+  p.entries = std::move(kept);
+  for (RequestId id : finished_) requests_.erase(id);
+  finished_.clear();
+}
+
+void EngineCore::execute(StepPlan& p) {
+  if (p.entries.empty()) return;
+  auto t0 = Clock::now();
+  std::vector<DraftItem> drafts;
+  std::vector<StepEntry*> drafting;
+  for (StepEntry& e : p.entries) {
+    if (e.drafts > 0) {
+      drafts.push_back({e.req->seq.get(), e.tokens[0], e.drafts});
+      drafting.push_back(&e);
+    }
+  }
+  if (!drafts.empty()) {
+    std::vector<int32_t> proposed = model_->draft(drafts);
+    size_t want = 0;
+    for (const DraftItem& d : drafts) want += d.count;
+    DSINFER_CHECK(proposed.size() == want, "model draft returned ", proposed.size(), " tokens, expected ", want);
+    size_t at = 0;
+    for (StepEntry* e : drafting) {
+      for (int32_t i = 0; i < e->drafts; ++i) {
+        const int32_t t = proposed[at++];
+        DSINFER_CHECK(t >= 0 && t < info_.vocab_size, "model drafted token ", t, " outside the vocabulary");
+        e->tokens[1 + i] = t;
+      }
+    }
+  }
+  auto t1 = Clock::now();
+  std::vector<ForwardItem> items;
+  items.reserve(p.entries.size());
+  std::vector<int64_t> row_of(p.entries.size(), -1);
+  int64_t rows = 0;
+  for (size_t i = 0; i < p.entries.size(); ++i) {
+    StepEntry& e = p.entries[i];
+    ForwardItem item;
+    item.seq = e.req->seq.get();
+    item.tokens = e.tokens;
+    item.logit_rows = e.samples ? (e.prefill ? 1 : 1 + e.drafts) : 0;
+    if (item.logit_rows > 0) row_of[i] = rows;
+    rows += item.logit_rows;
+    items.push_back(item);
+  }
+  std::vector<float> logits;
+  model_->forward(items, logits);
+  DSINFER_CHECK(static_cast<int64_t>(logits.size()) == rows * info_.vocab_size, "model forward returned ",
+                logits.size(), " logits, expected ", rows, " rows of ", info_.vocab_size);
+  auto t2 = Clock::now();
+  const int64_t V = info_.vocab_size;
+  std::vector<size_t> sampling;
+  for (size_t i = 0; i < p.entries.size(); ++i) {
+    if (row_of[i] >= 0) sampling.push_back(i);
+  }
+  core::ThreadPool::global().run(static_cast<int64_t>(sampling.size()), [&](int64_t task, int) {
+    StepEntry& e = p.entries[sampling[task]];
+    const Request& r = *e.req;
+    const std::span<const float> all(logits.data() + row_of[sampling[task]] * V,
+                                     static_cast<size_t>(items[sampling[task]].logit_rows * V));
+    if (e.drafts > 0) {
+      Verification v = verify_drafts(all, static_cast<int32_t>(V),
+                                     std::span<const int32_t>(e.tokens.data() + 1, e.drafts), {}, r.spec.sampling,
+                                     r.stream, e.start + 1);
+      e.result = std::move(v.tokens);
+      e.accepted = v.accepted;
+    } else {
+      e.result = {sample_token(all, r.spec.sampling, r.stream, e.start + e.n_tokens)};
+      e.accepted = 0;
+    }
+  });
+  auto t3 = Clock::now();
+  p.draft_seconds = std::chrono::duration<double>(t1 - t0).count();
+  p.forward_seconds = std::chrono::duration<double>(t2 - t1).count();
+  p.sample_seconds = std::chrono::duration<double>(t3 - t2).count();
+}
+
+bool EngineCore::resolve_stall() {
+  if (!running_.empty() || waiting_.empty()) return false;
+  Request& r = *waiting_.front();
+  DSINFER_LOG_ERROR("engine: request ", r.id, " cannot be scheduled (KV budget ", options_.kv_budget_bytes,
+                    " bytes, ", used_bytes(), " in use)");
+  finish(r, FinishReason::kError,
+         core::str_cat("the engine could not schedule the request within its KV budget of ", options_.kv_budget_bytes,
+                       " bytes"));
+  for (RequestId id : finished_) requests_.erase(id);
+  finished_.clear();
+  return true;
+}
+
+void EngineCore::abort(StepPlan& p, const std::string& why) {
+  for (StepEntry& e : p.entries) {
+    e.req->inflight_end = -1;
+    finish(*e.req, FinishReason::kError, why);
+  }
+}
+
+bool EngineCore::push_token(Request& r, int32_t token) {
+  ++r.generated;
+  ++generated_total_;
+  const bool stop = (!r.spec.ignore_eos && token == info_.eos_token_id) ||
+                    std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), token) !=
+                        r.spec.stop_token_ids.end();
+  if (stop) {
+    r.matched_stop = token;
+    r.finish = FinishReason::kStop;
+    return false;
+  }
+  r.tokens.push_back(token);
+  r.out_tokens.push_back(token);
+  if (r.generated >= r.spec.max_tokens || static_cast<int64_t>(r.tokens.size()) >= info_.max_context) {
+    r.finish = FinishReason::kLength;
+    return false;
+  }
+  return true;
+}
+
+void EngineCore::apply(StepPlan& p) {
+  ++steps_total_;
+  last_batch_tokens_ = p.tokens;
+  step_seconds_ += p.draft_seconds + p.forward_seconds + p.sample_seconds;
+  forward_seconds_ += p.forward_seconds;
+  sample_seconds_ += p.sample_seconds;
+  draft_seconds_ += p.draft_seconds;
+  for (StepEntry& e : p.entries) {
+    Request& r = *e.req;
+    r.inflight_end = -1;
+    r.fed = e.start + e.n_tokens;
+    if (e.prefill) {
+      prefill_tokens_total_ += e.n_tokens;
+    } else {
+      decode_tokens_total_ += e.n_tokens;
+      draft_total_ += e.drafts;
+      accepted_total_ += e.accepted;
+      if (e.accepted < e.drafts) {
+        r.fed = e.start + 1 + e.accepted;
+        model_->truncate(*r.seq, r.fed);
+      }
+    }
+    r.reserved = r.fed;
+    if (r.cancel_requested) {
+      finish(r, FinishReason::kCancelled);
+      continue;
+    }
+    publish(r);
+    take_snapshot(r);
+    if (e.samples) {
+      for (int32_t t : e.result) {
+        if (!push_token(r, t)) break;
+      }
+    }
+    recharge(r);
+    if (r.finish != FinishReason::kNone) {
+      finish(r, r.finish);
+    } else if (!r.out_tokens.empty()) {
+      queue_event(r, false);
+    }
+  }
+}
+
+// ---- prefix cache publication -------------------------------------------------------------------
+
+void EngineCore::publish(Request& r) {
+  if (!cache_ || r.publish_stopped || !r.seq) return;
+  const int64_t B = info_.block_tokens;
+  const int64_t complete = r.fed / B;
+  while (static_cast<int64_t>(r.chain.size()) < complete) {
+    const int64_t b = static_cast<int64_t>(r.chain.size());
+    const uint64_t parent = b == 0 ? cache_->root() : r.chain.back();
+    auto [node, inserted] = cache_->insert(parent, std::span<const int32_t>(r.tokens.data() + b * B, B),
+                                           model_->block(*r.seq, b), info_.block_bytes);
+    if (node == 0) {
+      r.publish_stopped = true;
+      break;
+    }
+    if (!inserted && !model_->adopt_block(*r.seq, b, cache_->block(node))) {
+      // Holding the twin would pin two copies of one block: let it go and publish nothing more.
+      cache_->release(node);
+      r.publish_stopped = true;
+      break;
+    }
+    r.chain.push_back(node);
+  }
+  recharge(r);
+}
+
+void EngineCore::take_snapshot(Request& r) {
+  const int64_t B = info_.block_tokens;
+  if (!cache_ || !r.seq || r.fed == 0 || r.fed % B != 0) return;
+  const int64_t blocks = r.fed / B;
+  if (static_cast<int64_t>(r.chain.size()) < blocks) return;  // not published: nothing to attach it to
+  const uint64_t node = r.chain[blocks - 1];
+  if (cache_->has_snapshot(node)) {
+    r.latest_snapshot.reset();
+    recharge(r);
+    return;
+  }
+  // Snapshot positions kept in the cache at once: the prompt's last boundaries (a repeat of the prompt
+  // resumes at (P-1) div B, a continuation at P div B), or every boundary on request. Others are kept
+  // privately and published when the request ends or is preempted.
+  const int64_t P = r.prompt_len;
+  const bool checkpoint = options_.snapshot_every_block ? r.fed <= P : (r.fed >= (P - 1) / B * B && r.fed <= P);
+  // The older private snapshot goes first; the new one is taken only once its bytes are free.
+  r.latest_snapshot.reset();
+  recharge(r);
+  if (!make_room(info_.snapshot_bytes)) return;
+  std::shared_ptr<const WindowSnapshot> snap = model_->snapshot(*r.seq);
+  if (checkpoint) {
+    cache_->set_snapshot(node, std::move(snap), info_.snapshot_bytes);
+  } else {
+    r.latest_snapshot = std::move(snap);
+    recharge(r);
+  }
+}
+
+void EngineCore::release_kv(Request& r) {
+  if (cache_ && r.latest_snapshot) {
+    const int64_t blocks = r.latest_snapshot->position() / info_.block_tokens;
+    if (blocks >= 1 && static_cast<int64_t>(r.chain.size()) >= blocks) {
+      cache_->set_snapshot(r.chain[blocks - 1], r.latest_snapshot, info_.snapshot_bytes);
+    }
+  }
+  r.latest_snapshot.reset();
+  r.seq.reset();
+  held_total_ -= r.held_bytes;
+  r.held_bytes = 0;
+  r.reserved = 0;
+  if (cache_) {
+    for (uint64_t node : r.chain) cache_->release(node);
+  }
+  r.chain.clear();
+  r.publish_stopped = false;
+  r.fed = 0;
+  r.inflight_end = -1;
+}
+
+void EngineCore::remove_running(Request* r) {
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+}
+
+void EngineCore::preempt(Request& r) {
+  release_kv(r);
+  remove_running(&r);
+  r.state = Request::State::kWaiting;
+  r.exact = true;
+  waiting_.push_front(&r);
+  ++preempted_total_;
+}
+
+void EngineCore::finish(Request& r, FinishReason why, const std::string& error) {
+  if (r.state == Request::State::kFinished) return;
+  r.finish = why;
+  r.error = error;
+  if (r.state == Request::State::kRunning) {
+    release_kv(r);
+    remove_running(&r);
+  } else {
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
+  }
+  r.state = Request::State::kFinished;
+  ++finished_total_;
+  queue_event(r, true);
+  finished_.push_back(r.id);
+}
+
+void EngineCore::queue_event(Request& r, bool final_event) {
+  PendingEvent pe;
+  pe.callback = r.callback;
+  TokenEvent& ev = pe.event;
+  ev.id = r.id;
+  ev.tokens = std::move(r.out_tokens);
+  r.out_tokens.clear();
+  ev.finish = final_event ? r.finish : FinishReason::kNone;
+  ev.matched_stop_token = final_event ? r.matched_stop : -1;
+  ev.prompt_tokens = r.prompt_len;
+  ev.cached_tokens = r.cached_tokens;
+  ev.error = r.error;
+  if (!r.first_token_sent && (!ev.tokens.empty() || final_event)) {
+    r.first_token_sent = true;
+    ttft_seconds_total_ += seconds_since(r.submitted);
+    ++ttft_count_;
+  }
+  events_.push_back(std::move(pe));
+}
+
+std::vector<PendingEvent> EngineCore::take_events() {
+  std::vector<PendingEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+std::string EngineCore::debug_string() const {
+  std::string out;
+  for (const Request* r : running_) {
+    out += core::str_cat("req ", r->id, " fed ", r->fed, " reserved ", r->reserved, " chain ", r->chain.size(),
+                         " held ", r->held_bytes, " snap ", r->latest_snapshot != nullptr,
+                         " stopped ", r->publish_stopped, "\n");
+  }
+  out += core::str_cat("held_total ", held_total_, " cache ", cache_ ? cache_->bytes() : 0, "\n");
+  return out;
+}
+
+EngineMetrics EngineCore::metrics() const {
+  EngineMetrics m;
+  m.waiting = static_cast<int64_t>(waiting_.size());
+  m.running = static_cast<int64_t>(running_.size());
+  m.preempted_total = preempted_total_;
+  m.kv_bytes_used = used_bytes();
+  m.kv_bytes_budget = options_.kv_budget_bytes;
+  m.prompt_tokens_total = prompt_tokens_total_;
+  m.cached_tokens_total = cached_tokens_total_;
+  m.generated_tokens_total = generated_total_;
+  m.steps_total = steps_total_;
+  m.step_seconds_total = step_seconds_;
+  m.draft_tokens_total = draft_total_;
+  m.accepted_draft_tokens_total = accepted_total_;
+  int64_t prefilling = 0;
+  for (const Request* r : running_) prefilling += r->in_prefill();
+  m.extra["running_prefill"] = static_cast<double>(prefilling);
+  m.extra["running_decode"] = static_cast<double>(m.running - prefilling);
+  m.extra["finished_total"] = static_cast<double>(finished_total_);
+  m.extra["prefill_tokens_total"] = static_cast<double>(prefill_tokens_total_);
+  m.extra["decode_tokens_total"] = static_cast<double>(decode_tokens_total_);
+  m.extra["last_batch_tokens"] = static_cast<double>(last_batch_tokens_);
+  m.extra["forward_seconds_total"] = forward_seconds_;
+  m.extra["sample_seconds_total"] = sample_seconds_;
+  m.extra["draft_seconds_total"] = draft_seconds_;
+  m.extra["schedule_gap_seconds_total"] = gap_seconds_;
+  m.extra["ttft_seconds_total"] = ttft_seconds_total_;
+  m.extra["ttft_count"] = static_cast<double>(ttft_count_);
+  m.extra["kv_bytes_sequences"] = static_cast<double>(held_total_);
+  m.extra["prefix_cache_exact_hits_total"] = static_cast<double>(exact_hits_);
+  m.extra["prefix_cache_replay_hits_total"] = static_cast<double>(replay_hits_);
+  if (cache_) {
+    m.extra["prefix_cache_bytes"] = static_cast<double>(cache_->bytes());
+    m.extra["prefix_cache_blocks"] = static_cast<double>(cache_->nodes());
+    m.extra["prefix_cache_snapshots"] = static_cast<double>(cache_->snapshots());
+    m.extra["prefix_cache_evicted_blocks_total"] = static_cast<double>(cache_->evicted_blocks_total());
+  }
+  if (draft_total_ > 0) {
+    m.extra["draft_acceptance_rate"] = static_cast<double>(accepted_total_) / static_cast<double>(draft_total_);
+  }
+  return m;
+}
+
+}  // namespace dsinfer::engine

@@ -1,0 +1,139 @@
+// The engine's single-threaded state machine: admission, step planning under the token and KV
+// budgets, preemption, prefix-cache reuse, applying a step's results and producing events. The
+// threads around it (engine_impl.cpp) only decide when each phase runs:
+//   plan()    engine bookkeeping only, no model calls; may run while the previous step computes,
+//             against the projected state after that step;
+//   launch()  the plan's model-side preparation (preemptions, new sequences, attach) and the
+//             final memory check of every entry;
+//   execute() drafting, the forward and sampling; touches only the plan and its sequences;
+//   apply()   commits tokens, rolls back rejected drafts, publishes blocks and snapshots, stops.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "engine/prefix_cache.h"
+#include "engine/request.h"
+
+namespace dsinfer::engine {
+
+struct StepEntry {
+  Request* req = nullptr;
+  bool prefill = false;
+  int64_t start = 0;     // position of the first token fed
+  int32_t n_tokens = 0;  // chunk length, or 1 + drafts for a decode/verify entry
+  int32_t drafts = 0;
+  bool samples = false;  // a new token is drawn after this entry
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> result;  // drawn tokens (accepted drafts + one)
+  int32_t accepted = 0;
+};
+
+struct Admission {
+  Request* req = nullptr;
+  PrefixCache::Match match;  // nodes acquired for the request
+  int64_t use_blocks = 0;    // blocks attached
+  bool with_snapshot = false;
+  int64_t start = 0;         // fed after attach
+};
+
+struct StepPlan {
+  std::vector<StepEntry> entries;
+  std::vector<Admission> admissions;
+  std::vector<Request*> preemptions;
+  std::vector<Request*> failures;  // alone and still out of KV memory
+  int64_t tokens = 0;
+  double draft_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+  bool empty() const { return entries.empty() && admissions.empty() && preemptions.empty() && failures.empty(); }
+};
+
+struct PendingEvent {
+  TokenCallback callback;  // a copy: a finished request may be gone when its event is delivered
+  TokenEvent event;
+};
+
+class EngineCore {
+ public:
+  EngineCore(std::shared_ptr<ModelRunner> model, const EngineOptions& options);
+  ~EngineCore();
+
+  const ModelInfo& info() const { return info_; }
+  const EngineOptions& options() const { return options_; }
+
+  // Checks a request against the model and the budgets; kAccepted when it can run.
+  SubmitResult check(const RequestSpec& spec) const;
+  void add(std::unique_ptr<Request> request);
+  void cancel(RequestId id);
+  void cancel_all(const std::string& why);
+
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // Called when a plan came out empty: with nothing running no later plan can differ, so the request
+  // at the head of the queue is failed instead of waiting forever. Returns whether it did so.
+  bool resolve_stall();
+  size_t waiting() const { return waiting_.size(); }
+
+  StepPlan plan();
+  void launch(StepPlan& plan);
+  void execute(StepPlan& plan);
+  void apply(StepPlan& plan);
+  void abort(StepPlan& plan, const std::string& why);  // the step failed: its requests end with kError
+
+  std::vector<PendingEvent> take_events();
+  EngineMetrics metrics() const;
+  std::string debug_string() const;
+  void add_gap_seconds(double s) { gap_seconds_ += s; }
+
+ private:
+  int64_t blocks_for(int64_t positions) const { return (positions + info_.block_tokens - 1) / info_.block_tokens; }
+  int64_t private_bytes(const Request& r, int64_t positions) const;
+  int64_t used_bytes() const { return held_total_ + (cache_ ? cache_->bytes() : 0); }
+  // Charges `r` for positions up to `positions`, evicting cached blocks if needed.
+  bool reserve(Request& r, int64_t positions);
+  void recharge(Request& r);  // after publishing: charge what it holds now
+  bool make_room(int64_t bytes);
+
+  int32_t draft_count(const Request& r, int64_t fed) const;
+  int64_t chunk_end(const Request& r, int64_t start, int64_t budget, bool alone) const;
+  std::optional<Admission> try_admit(Request& r, int64_t budget, bool alone, int64_t& promised, StepEntry& entry);
+
+  void publish(Request& r);
+  void take_snapshot(Request& r);
+  void release_kv(Request& r);
+  void preempt(Request& r);
+  void finish(Request& r, FinishReason why, const std::string& error = "");
+  void queue_event(Request& r, bool final_event);
+  void remove_running(Request* r);
+  // Appends one drawn token; returns false when the request stopped.
+  bool push_token(Request& r, int32_t token);
+
+  std::shared_ptr<ModelRunner> model_;
+  ModelInfo info_;
+  EngineOptions options_;
+  std::unique_ptr<PrefixCache> cache_;
+
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // in admission order
+  std::vector<PendingEvent> events_;
+  std::vector<RequestId> finished_;
+  uint64_t admit_counter_ = 0;
+  int64_t held_total_ = 0;
+
+  // metrics
+  int64_t preempted_total_ = 0, prompt_tokens_total_ = 0, cached_tokens_total_ = 0;
+  int64_t generated_total_ = 0, steps_total_ = 0, draft_total_ = 0, accepted_total_ = 0;
+  int64_t prefill_tokens_total_ = 0, decode_tokens_total_ = 0, replay_hits_ = 0, exact_hits_ = 0;
+  int64_t finished_total_ = 0, last_batch_tokens_ = 0;
+  double step_seconds_ = 0, forward_seconds_ = 0, sample_seconds_ = 0, draft_seconds_ = 0;
+  double gap_seconds_ = 0, ttft_seconds_total_ = 0;
+  int64_t ttft_count_ = 0;
+};
+
+}  // namespace dsinfer::engine

@@ -1,0 +1,71 @@
+// The engine's record of one request: its tokens, its place in the schedule, the KV it holds.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+
+namespace dsinfer::engine {
+
+using Clock = std::chrono::steady_clock;
+
+struct Request {
+  Request(RequestId id_, RequestSpec spec_, TokenCallback cb, TokenStream stream_)
+      : id(id_), spec(std::move(spec_)), callback(std::move(cb)), stream(stream_) {}
+
+  RequestId id;
+  RequestSpec spec;
+  TokenCallback callback;
+  TokenStream stream;
+  Clock::time_point submitted = Clock::now();
+
+  // Prompt followed by the generated tokens (a stop token is not kept). Once a token has been sampled
+  // the last one is "pending": known but not yet fed to the model.
+  std::vector<int32_t> tokens;
+  int64_t prompt_len = 0;
+  int32_t generated = 0;  // tokens produced so far, a stop token included
+
+  enum class State { kWaiting, kRunning, kFinished } state = State::kWaiting;
+  uint64_t admit_order = 0;  // larger = admitted later = first to be preempted
+
+  std::unique_ptr<SequenceState> seq;
+  int64_t fed = 0;            // positions the model has processed (seq->length())
+  int64_t inflight_end = -1;  // while in an in-flight step: fed after it, at most
+
+  // Prefix cache: chain[i] is the cache node of block i (attached or published), each acquired.
+  std::vector<uint64_t> chain;
+  bool publish_stopped = false;  // the chain broke (parent evicted): publish nothing more
+  bool exact = true;             // no SWA replay in this sequence's history
+  std::shared_ptr<const WindowSnapshot> latest_snapshot;  // private, at a block boundary
+  int64_t cached_tokens = 0;     // prompt tokens not computed thanks to the cache (first admission)
+  bool cache_counted = false;
+
+  // KV accounting: bytes charged to this request (sequence state, private blocks, private snapshot)
+  // for positions up to `reserved`.
+  int64_t reserved = 0;
+  int64_t held_bytes = 0;
+
+  // Output not yet delivered.
+  std::vector<int32_t> out_tokens;
+  FinishReason finish = FinishReason::kNone;
+  int32_t matched_stop = -1;
+  std::string error;
+  bool cancel_requested = false;
+  bool first_token_sent = false;
+  bool preempt_pending = false;
+
+  bool has_pending() const { return generated > 0 && finish == FinishReason::kNone; }
+  // Positions to prefill before decoding: the prompt, or everything but the pending token after a
+  // preemption.
+  int64_t prefill_target() const {
+    return generated > 0 ? static_cast<int64_t>(tokens.size()) - 1 : prompt_len;
+  }
+  bool in_prefill() const { return fed < prefill_target(); }
+};
+
+}  // namespace dsinfer::engine

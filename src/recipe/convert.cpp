@@ -5,6 +5,7 @@
 namespace dsinfer::recipe {
 
 ConvertedRequest convert_request(Protocol protocol, const Json& body, const ConversionOptions& options) {
+  if (json_depth(body) > kMaxJsonDepth) bad_request("recursion limit exceeded");
   switch (protocol) {
     case Protocol::kChatCompletions: return convert_chat_completions(body, options);
     case Protocol::kResponses: return convert_responses(body, options);
@@ -17,7 +18,7 @@ ConvertedRequest convert_request_text(Protocol protocol, std::string_view body, 
   Json parsed;
   try {
     parsed = parse_json(body);
-  } catch (const Json::exception& e) {
+  } catch (const std::exception& e) {
     bad_request("invalid JSON body: ", e.what());
   }
   return convert_request(protocol, parsed, options);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <vector>
+#include <algorithm>
 
 namespace dsinfer::recipe {
 namespace {
@@ -200,6 +202,26 @@ std::string to_python_json(const Json& value) {
   return out;
 }
 
-Json parse_json(std::string_view text) { return Json::parse(text.begin(), text.end()); }
+Json parse_json(std::string_view text) {
+  const Json::parser_callback_t limit = [](int depth, Json::parse_event_t event, Json&) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) && depth >= kMaxJsonDepth)
+      throw JsonDepthError();
+    return true;
+  };
+  return Json::parse(text.begin(), text.end(), limit);
+}
+
+int json_depth(const Json& value) {
+  int max_depth = 0;
+  std::vector<std::pair<const Json*, int>> stack = {{&value, 0}};
+  while (!stack.empty()) {
+    auto [v, d] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    max_depth = std::max(max_depth, d + 1);
+    for (const auto& child : *v) stack.push_back({&child, d + 1});
+  }
+  return max_depth;
+}
 
 }  // namespace dsinfer::recipe

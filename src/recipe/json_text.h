@@ -3,6 +3,7 @@
 // number formatting (e.g. 1.5e-7 vs 1.5e-07) and separators. Key order is whatever the ordered_json holds.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -28,7 +29,20 @@ std::string format_double_python(double value);
 // control characters, everything else raw). `quoted` false leaves the surrounding quotes off.
 std::string json_quote(std::string_view text, bool quoted = true);
 
-// Parses JSON text keeping key order; throws nlohmann::json::parse_error on bad input.
+// Nesting deeper than this many arrays/objects is refused, as serde_json's recursion limit (128) refuses
+// it; it also keeps every recursive walk over client JSON bounded.
+inline constexpr int kMaxJsonDepth = 127;
+
+// Parses JSON text keeping key order. Throws std::exception (nlohmann::json::exception for syntax errors,
+// JsonDepthError past kMaxJsonDepth) on bad input.
 Json parse_json(std::string_view text);
+
+class JsonDepthError : public std::runtime_error {
+ public:
+  JsonDepthError() : std::runtime_error("recursion limit exceeded") {}
+};
+
+// Nesting depth of a value (a scalar is 0, [] is 1); iterative, so any value can be measured.
+int json_depth(const Json& value);
 
 }  // namespace dsinfer::recipe

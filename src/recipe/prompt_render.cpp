@@ -248,7 +248,7 @@ void write_tool_calls(PromptWriter& w, const std::vector<ToolCall>& calls, const
         arguments = std::move(parsed);
         is_object = true;
       }
-    } catch (const Json::exception&) {
+    } catch (const std::exception&) {  // not JSON (or nested too deeply): one string parameter
     }
     if (!is_object) arguments["arguments"] = call.arguments;
     bool first = true;

@@ -199,3 +199,27 @@ TEST(Convert, HttpErrorBody) {
 
 }  // namespace
 }  // namespace dsinfer::recipe
+
+namespace dsinfer::recipe {
+namespace {
+
+TEST(Convert, NestingDepthIsBounded) {
+  std::string deep(200, '[');
+  deep += std::string(200, ']');
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"x"}],"metadata":)" + deep + "}";
+  EXPECT_EQ(error_of(Protocol::kChatCompletions, body.c_str()), "invalid JSON body: recursion limit exceeded");
+  Json nested = Json::array();
+  for (int i = 0; i < 200; ++i) nested = Json::array({nested});
+  Json parsed = parse_json(R"({"model":"m","messages":[{"role":"user","content":"x"}]})");
+  parsed["extra"] = nested;
+  try {
+    convert_request(Protocol::kChatCompletions, parsed);
+    FAIL() << "accepted";
+  } catch (const ConversionError& e) {
+    EXPECT_STREQ(e.what(), "recursion limit exceeded");
+  }
+  EXPECT_EQ(json_depth(parse_json("[[1],{\"a\":[2]}]")), 3);
+}
+
+}  // namespace
+}  // namespace dsinfer::recipe

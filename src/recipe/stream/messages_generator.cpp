@@ -191,7 +191,7 @@ class MessagesGenerator : public ChunkGenerator {
       // The complete input is the parsed fragments; a truncated or invalid call becomes {}.
       try {
         block.input = parse_json(block.partial_json);
-      } catch (const Json::exception&) {
+      } catch (const std::exception&) {
         block.input = Json::object();
       }
     }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 
 namespace dsinfer::recipe::stream {
 namespace {
@@ -36,6 +38,23 @@ std::vector<size_t> kmp_table(std::string_view pattern) {
   return table;
 }
 
+// Tables of the fixed markers, built once.
+const std::vector<size_t>* fixed_table(std::string_view pattern) {
+  static const auto* tables = [] {
+    auto* m = new std::vector<std::pair<std::string_view, std::vector<size_t>>>();
+    for (std::string_view p : {kJsonFence, kPlainFence, kJsonEnd, kThinkEnd, kDsmlBegin, kDsmlEnd, kToolCallsEndV4,
+                               kToolCallsEndV41, std::string_view("{"), std::string_view("["),
+                               std::string_view("invoke name=\""), std::string_view("\""), std::string_view("parameter name=\""),
+                               std::string_view("parameter name="), std::string_view(" "), std::string_view("true\">"),
+                               std::string_view("false\">")})
+      m->push_back({p, kmp_table(p)});
+    return m;
+  }();
+  for (const auto& [p, t] : *tables)
+    if (p == pattern) return &t;
+  return nullptr;
+}
+
 size_t kmp_next(std::string_view pattern, const std::vector<size_t>& table, size_t length, unsigned char byte) {
   while (length > 0 && (length >= pattern.size() || static_cast<unsigned char>(pattern[length]) != byte))
     length = table[length - 1];
@@ -48,13 +67,13 @@ size_t kmp_next(std::string_view pattern, const std::vector<size_t>& table, size
 bool StateMachine::Branch::feed(unsigned char byte) {
   switch (pattern) {
     case PatternKind::kString:
-      length = kmp_next(value, table, length, byte);
+      length = kmp_next(value, *table, length, byte);
       return length == value.size();
     case PatternKind::kNewlinesAndString:
       if (length == 0 && byte == '\n') {
         ++newlines;
       } else {
-        const size_t next_length = kmp_next(value, table, length, byte);
+        const size_t next_length = kmp_next(value, *table, length, byte);
         if (next_length <= length) newlines = 0;  // the run of newlines no longer directly precedes a match
         length = next_length;
       }
@@ -80,6 +99,7 @@ StateMachine::StateMachine(const ParsingOptions& options, LabelScheme scheme)
     : parse_tool_calls_(options.parse_tool_calls), parse_json_(options.parse_json_output), scheme_(scheme) {
   for (const auto& s : options.stop_sequences)
     if (!s.empty()) stop_sequences_.push_back(s);
+  for (const auto& s : stop_sequences_) stop_tables_.push_back(kmp_table(s));
   Stage first{StageKind::kCommon, true};
   if (options.tool_call_initial_stage) {
     first = {StageKind::kToolCalls, false};
@@ -93,11 +113,13 @@ StateMachine::StateMachine(const ParsingOptions& options, LabelScheme scheme)
   enter(first);
 }
 
-void StateMachine::add(PatternKind pattern, std::string_view value, Stage next, Action action) {
+void StateMachine::add(PatternKind pattern, std::string_view value, const std::vector<size_t>* table, Stage next,
+                       Action action) {
+  DSINFER_CHECK(pattern == PatternKind::kLeadingNewline || table != nullptr, "no KMP table for marker '", value, "'");
   Branch b;
   b.pattern = pattern;
   b.value = value;
-  if (pattern != PatternKind::kLeadingNewline) b.table = kmp_table(value);
+  b.table = table;
   b.next = next;
   b.action = action;
   branches_.push_back(std::move(b));
@@ -109,31 +131,32 @@ void StateMachine::enter(Stage stage) {
   stashed_ = 0;
   const bool legacy = scheme_ == LabelScheme::kLegacy;
   auto add_stops = [&] {
-    for (const auto& s : stop_sequences_)
-      add(PatternKind::kString, s, {StageKind::kFinished, false}, act(ActionKind::kStopSequence));
+    for (size_t i = 0; i < stop_sequences_.size(); ++i)
+      add(PatternKind::kString, stop_sequences_[i], &stop_tables_[i], {StageKind::kFinished, false},
+          act(ActionKind::kStopSequence));
   };
   auto add_tool_begin = [&] {
-    add(PatternKind::kNewlinesAndString, kDsmlBegin, {StageKind::kToolCalls, false}, act(ActionKind::kSkip));
+    add(PatternKind::kNewlinesAndString, kDsmlBegin, fixed_table(kDsmlBegin), {StageKind::kToolCalls, false}, act(ActionKind::kSkip));
   };
   switch (stage.kind) {
     case StageKind::kCommon:
       if (parse_json_) {
-        add(PatternKind::kString, kJsonFence, {StageKind::kJson, false}, act(ActionKind::kSkip));
-        add(PatternKind::kString, kPlainFence, {StageKind::kJson, false}, act(ActionKind::kSkip));
-        add(PatternKind::kString, "{", {StageKind::kJson, false}, label(ActionKind::kLabel, 1, "{"));
-        add(PatternKind::kString, "[", {StageKind::kJson, false}, label(ActionKind::kLabel, 2, "["));
+        add(PatternKind::kString, kJsonFence, fixed_table(kJsonFence), {StageKind::kJson, false}, act(ActionKind::kSkip));
+        add(PatternKind::kString, kPlainFence, fixed_table(kPlainFence), {StageKind::kJson, false}, act(ActionKind::kSkip));
+        add(PatternKind::kString, "{", fixed_table("{"), {StageKind::kJson, false}, label(ActionKind::kLabel, 1, "{"));
+        add(PatternKind::kString, "[", fixed_table("["), {StageKind::kJson, false}, label(ActionKind::kLabel, 2, "["));
       } else {
         add_stops();
       }
       if (parse_tool_calls_) add_tool_begin();
       if (stage.flag)
-        add(PatternKind::kLeadingNewline, {}, {StageKind::kCommon, true}, act(ActionKind::kSkip));
-      add(PatternKind::kString, kThinkEnd, {StageKind::kCommon, false}, invalid(InvalidKind::kExtraEndOfThinking));
+        add(PatternKind::kLeadingNewline, {}, nullptr, {StageKind::kCommon, true}, act(ActionKind::kSkip));
+      add(PatternKind::kString, kThinkEnd, fixed_table(kThinkEnd), {StageKind::kCommon, false}, invalid(InvalidKind::kExtraEndOfThinking));
       unmatched_ = act(parse_json_ ? ActionKind::kToSpace : ActionKind::kRaw);
       break;
     case StageKind::kJson:
       add_stops();
-      add(PatternKind::kString, kJsonEnd, {StageKind::kMatchedJson, false}, act(ActionKind::kSkip));
+      add(PatternKind::kString, kJsonEnd, fixed_table(kJsonEnd), {StageKind::kMatchedJson, false}, act(ActionKind::kSkip));
       unmatched_ = act(ActionKind::kRaw);
       break;
     case StageKind::kMatchedJson:
@@ -141,47 +164,47 @@ void StateMachine::enter(Stage stage) {
       unmatched_ = act(ActionKind::kToSpace);
       break;
     case StageKind::kToolCalls:
-      add(PatternKind::kString, "invoke name=\"", {StageKind::kToolName, false}, act(ActionKind::kToolCallBegin));
-      add(PatternKind::kString, kToolCallsEndV4, {StageKind::kFinished, false}, act(ActionKind::kSkip));
-      add(PatternKind::kString, kToolCallsEndV41, {StageKind::kFinished, false}, act(ActionKind::kSkip));
+      add(PatternKind::kString, "invoke name=\"", fixed_table("invoke name=\""), {StageKind::kToolName, false}, act(ActionKind::kToolCallBegin));
+      add(PatternKind::kString, kToolCallsEndV4, fixed_table(kToolCallsEndV4), {StageKind::kFinished, false}, act(ActionKind::kSkip));
+      add(PatternKind::kString, kToolCallsEndV41, fixed_table(kToolCallsEndV41), {StageKind::kFinished, false}, act(ActionKind::kSkip));
       unmatched_ = act(ActionKind::kSkip);
       break;
     case StageKind::kToolName:
-      add(PatternKind::kString, "\"", {StageKind::kToolArguments, true}, act(ActionKind::kToolNameEnd));
+      add(PatternKind::kString, "\"", fixed_table("\""), {StageKind::kToolArguments, true}, act(ActionKind::kToolNameEnd));
       unmatched_ = act(ActionKind::kToolName);
       break;
     case StageKind::kToolArguments:
       if (stage.flag) {
-        add(PatternKind::kString, legacy ? "parameter name=" : "parameter name=\"", {StageKind::kParamName, false},
+        add(PatternKind::kString, legacy ? "parameter name=" : "parameter name=\"", fixed_table(legacy ? "parameter name=" : "parameter name=\""), {StageKind::kParamName, false},
             label(ActionKind::kLabelArgs, 1, legacy ? "{" : "{\""));
-        add(PatternKind::kString, kDsmlEnd, {StageKind::kToolCalls, false}, label(ActionKind::kArgsEnd, 2, "{}"));
+        add(PatternKind::kString, kDsmlEnd, fixed_table(kDsmlEnd), {StageKind::kToolCalls, false}, label(ActionKind::kArgsEnd, 2, "{}"));
       } else {
-        add(PatternKind::kString, legacy ? "parameter name=" : "parameter name=\"", {StageKind::kParamName, false},
+        add(PatternKind::kString, legacy ? "parameter name=" : "parameter name=\"", fixed_table(legacy ? "parameter name=" : "parameter name=\""), {StageKind::kParamName, false},
             label(ActionKind::kLabelArgs, 3, legacy ? ", " : ", \""));
-        add(PatternKind::kString, kDsmlEnd, {StageKind::kToolCalls, false}, label(ActionKind::kArgsEnd, 4, "}"));
+        add(PatternKind::kString, kDsmlEnd, fixed_table(kDsmlEnd), {StageKind::kToolCalls, false}, label(ActionKind::kArgsEnd, 4, "}"));
       }
       unmatched_ = act(ActionKind::kSkip);
       break;
     case StageKind::kParamName:
-      add(PatternKind::kString, legacy ? " " : "\"", {StageKind::kParamType, false},
+      add(PatternKind::kString, legacy ? " " : "\"", fixed_table(legacy ? " " : "\""), {StageKind::kParamType, false},
           label(ActionKind::kLabelArgs, 5, legacy ? ": " : "\": "));
       unmatched_ = raw_args(false);
       break;
     case StageKind::kParamType:
-      add(PatternKind::kString, "true\">", {StageKind::kParamValue, true}, label(ActionKind::kLabelArgs, 6, "\""));
-      add(PatternKind::kString, "false\">", {StageKind::kParamValue, false}, act(ActionKind::kSkip));
+      add(PatternKind::kString, "true\">", fixed_table("true\">"), {StageKind::kParamValue, true}, label(ActionKind::kLabelArgs, 6, "\""));
+      add(PatternKind::kString, "false\">", fixed_table("false\">"), {StageKind::kParamValue, false}, act(ActionKind::kSkip));
       unmatched_ = act(ActionKind::kSkip);
       break;
     case StageKind::kParamValue:
-      add(PatternKind::kString, kDsmlEnd, {StageKind::kToolArguments, false},
+      add(PatternKind::kString, kDsmlEnd, fixed_table(kDsmlEnd), {StageKind::kToolArguments, false},
           stage.flag ? label(ActionKind::kLabelArgs, 7, "\"") : act(ActionKind::kSkip));
       unmatched_ = raw_args(stage.flag);
       break;
     case StageKind::kReasoning:
       if (parse_tool_calls_) add_tool_begin();
       if (stage.flag)
-        add(PatternKind::kLeadingNewline, {}, {StageKind::kReasoning, true}, act(ActionKind::kSkip));
-      add(PatternKind::kNewlinesAndString, kThinkEnd, {StageKind::kCommon, true}, act(ActionKind::kSkip));
+        add(PatternKind::kLeadingNewline, {}, nullptr, {StageKind::kReasoning, true}, act(ActionKind::kSkip));
+      add(PatternKind::kNewlinesAndString, kThinkEnd, fixed_table(kThinkEnd), {StageKind::kCommon, true}, act(ActionKind::kSkip));
       unmatched_ = act(ActionKind::kReasoning);
       break;
     case StageKind::kFinished:

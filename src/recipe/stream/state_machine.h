@@ -81,7 +81,7 @@ class StateMachine {
   struct Branch {
     PatternKind pattern = PatternKind::kString;
     std::string_view value;
-    std::vector<size_t> table;  // KMP failure table
+    const std::vector<size_t>* table = nullptr;  // KMP failure table (shared, computed once per pattern)
     size_t length = 0;          // matched prefix length
     size_t newlines = 0;        // kNewlinesAndString: newlines swallowed before the match
     bool leading = true;        // kLeadingNewline: no byte seen yet
@@ -94,9 +94,10 @@ class StateMachine {
   };
 
   void enter(Stage stage);
-  void add(PatternKind pattern, std::string_view value, Stage next, Action action);
+  void add(PatternKind pattern, std::string_view value, const std::vector<size_t>* table, Stage next, Action action);
 
   std::vector<std::string> stop_sequences_;
+  std::vector<std::vector<size_t>> stop_tables_;
   bool parse_tool_calls_;
   bool parse_json_;
   LabelScheme scheme_;

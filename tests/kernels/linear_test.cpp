@@ -27,7 +27,8 @@ struct TestWeight {
 
 // Random codes over the whole range of each format (FP8 subnormals and zeros included, NaN codes
 // excluded), with scales spread over several binades.
-TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint32_t seed, bool scales_f32 = false) {
+TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint32_t seed, bool scales_f32 = false,
+                       int scale_lo = 118, int scale_hi = 130) {
   std::mt19937 rng(seed);
   TestWeight t;
   t.view.format = format;
@@ -37,7 +38,7 @@ TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint32_t
   t.view.name = "test";
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_int_distribution<int> exponent(118, 130);
+  std::uniform_int_distribution<int> exponent(scale_lo, scale_hi);
   auto add_scales = [&](int64_t count) {
     if (scales_f32) {
       t.scales.resize(count * 4);
@@ -189,15 +190,20 @@ TEST(Linear, MatchesExactSumOnEveryTarget) {
       const size_t count = fp4 ? std::size(fp4_shapes) : std::size(shapes);
       for (size_t i = 0; i < count; ++i) {
         const Shape s = begin[i];
+        // Scales: E8M0 around 1, E8M0 up to 2^13 (FP8 then multiplies by 2^120 in two steps), or f32
+        // values that are not powers of two.
         const bool f32_scales = (f == WeightFormat::kFP8 || fp4) && i % 3 == 2;
-        const TestWeight w = make_weight(f, s.rows, s.cols, ++seed, f32_scales);
+        const bool large_scales = i % 3 == 1;
+        const TestWeight w = make_weight(f, s.rows, s.cols, ++seed, f32_scales, large_scales ? 128 : 118,
+                                         large_scales ? 140 : 130);
         const Linear lin(w.view);
         for (int64_t M : Ms) {
           const int64_t ldx = s.cols + 3, ldy = s.rows + 5;
           const auto x = make_x(M, ldx, ++seed);
           std::vector<float> y(M * ldy, -777.0f);
           lin.forward(x.data(), M, ldx, y.data(), ldy, M % 2 ? &pool : nullptr);
-          const std::string what = target.name + " " + name_of(f, s.rows, s.cols, M) + (f32_scales ? " f32-scales" : "");
+          const std::string what = target.name + " " + name_of(f, s.rows, s.cols, M) +
+                                   (f32_scales ? " f32-scales" : large_scales ? " large-scales" : "");
           expect_close_to_exact(w.view, x.data(), M, ldx, y.data(), ldy, what);
           // Padding of y between rows is left alone.
           for (int64_t m = 0; m < M; ++m)
@@ -265,6 +271,50 @@ TEST(Linear, BatchInvariantBitForBit) {
       for (int64_t r0 = 0; r0 < rows; r0 += 23) lin.forward_rows(x.data(), M, cols, y.data(), rows, r0, std::min(rows, r0 + 23));
       expect_bitwise_equal(y.data(), alone.data(), M, rows, rows, rows, base + " forward_rows");
       if (HasFailure()) return;
+    }
+  }
+}
+
+// Rows of x far from 1 (huge, tiny, zero, with inf or NaN) against scales far from 1: the FP8 x-scaling
+// and the FP4 per-row exponent must stay exact and batch invariant.
+TEST(Linear, ExtremeScalesAndActivations) {
+  struct Case {
+    int scale_lo, scale_hi;
+    float x_magnitude;
+  };
+  const Case cases[] = {{0, 12, 1e30f}, {1, 3, 1e20f}, {180, 200, 1e-30f}, {120, 130, 1e-40f}, {240, 246, 1e-36f}};
+  core::ThreadPool pool(2);
+  for (const SimdTarget& target : available_targets()) {
+    ScopedTarget scope(target);
+    for (WeightFormat f : kFormats) {
+      for (const Case& c : cases) {
+        const int64_t rows = 40, cols = 256, M = 7;
+        const TestWeight w = make_weight(f, rows, cols, 31, false, c.scale_lo, c.scale_hi);
+        const Linear lin(w.view);
+        auto x = make_x(M, cols, 32);
+        for (int64_t k = 0; k < cols; ++k) {
+          x[0 * cols + k] *= c.x_magnitude;
+          x[1 * cols + k] *= (k % 2 ? c.x_magnitude : 1.0f);
+          x[2 * cols + k] = 0.0f;
+          x[3 * cols + k] *= c.x_magnitude * 1e-3f;
+        }
+        x[4 * cols + 5] = INFINITY;
+        x[5 * cols + 9] = NAN;
+        std::vector<float> y(M * rows), alone(M * rows);
+        lin.forward(x.data(), M, cols, y.data(), rows, &pool);
+        for (int64_t m = 0; m < M; ++m)
+          lin.forward(x.data() + m * cols, 1, cols, alone.data() + m * rows, rows, nullptr);
+        const std::string what = core::str_cat(target.name, " ", weight_format_name(f), " scales ", c.scale_lo, "..",
+                                               c.scale_hi, " |x| ~", c.x_magnitude);
+        expect_bitwise_equal(y.data(), alone.data(), M, rows, rows, rows, what);
+        // Finite rows against the exact sum (the weights themselves may be subnormal or huge).
+        for (int64_t m : {0, 1, 2, 3, 6}) {
+          expect_close_to_exact(w.view, x.data() + m * cols, 1, cols, y.data() + m * rows, rows,
+                                what + core::str_cat(" row ", m));
+        }
+        for (int64_t n = 0; n < rows; ++n) EXPECT_TRUE(std::isnan(y[5 * rows + n])) << what << " NaN row, n=" << n;
+        if (HasFailure()) return;
+      }
     }
   }
 }

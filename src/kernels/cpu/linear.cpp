@@ -93,23 +93,30 @@ void pack_fp8(const WeightView& w, PackedWeight& p) {
     for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
       const int64_t n = pn * kPanelRows + r;
       const uint8_t* row = src + n * w.cols;
+      const int64_t lane_byte = 4 * (r % 8) + r / 8;  // u32 lane r % 8, byte r / 8 (+ 2 for odd k)
       for (int64_t k = 0; k < w.cols; ++k) {
         const uint8_t c = row[k];
         DSINFER_CHECK((c & 0x7F) != 0x7F, "linear ", describe(w), ": weight [", n, ", ", k,
                       "] is the FP8 E4M3 NaN code 0x", (c == 0xFF ? "FF" : "7F"));
-        dst[(k / 2) * 32 + 2 * r + (k & 1)] = c;
+        dst[(k / 2) * 32 + lane_byte + 2 * (k & 1)] = c;
       }
     }
   }
   const int64_t rb = (w.rows + kFp8Block - 1) / kFp8Block;
   const int64_t cb = (w.cols + kFp8Block - 1) / kFp8Block;
   float* s = reinterpret_cast<float*>(alloc_bytes(p.scales, rb * cb * 4));
-  for (int64_t i = 0; i < rb; ++i) {
-    for (int64_t j = 0; j < cb; ++j) {
-      const float v = scale_value(w, i * cb + j, "FP8 block", i, j) * 256.0f;  // the kernel's fp16 is fp8 · 2^-8
-      DSINFER_CHECK(std::isfinite(v), "linear ", describe(w), ": FP8 block scale [", i, ", ", j,
-                    "] is too large for fp32 arithmetic");
-      s[i * cb + j] = v;
+  const float bias = std::ldexp(1.0f, detail::kFp8Bias);
+  for (int64_t i = 0; i < rb * cb; ++i) {
+    s[i] = scale_value(w, i, "FP8 block", i / cb, i % cb);
+    if (!std::isfinite(s[i] * bias)) p.two_step_scale = true;
+  }
+  if (!p.two_step_scale) {
+    p.fp8_pow2_factors = true;
+    for (int64_t i = 0; i < rb * cb; ++i) {
+      s[i] *= bias;
+      int e = 0;
+      if (!(std::frexp(s[i], &e) == 0.5f && s[i] >= 1.0f)) p.fp8_pow2_factors = false;
+      p.fp8_max_factor = std::max(p.fp8_max_factor, s[i]);
     }
   }
   p.fp8_scale_cols = cb;
@@ -123,7 +130,8 @@ void pack_fp4(const WeightView& w, PackedWeight& p) {
     uint8_t* dst = p.data.get() + pn * p.panel_bytes;
     for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
       const uint8_t* row = src + (pn * kPanelRows + r) * half;
-      for (int64_t c = 0; c < half; ++c) dst[c * 16 + r] = row[c];
+      const int64_t lane_byte = 2 * (r % 8) + r / 8;  // u16 lane r % 8, byte r / 8
+      for (int64_t c = 0; c < half; ++c) dst[c * 16 + lane_byte] = row[c];
     }
   }
   p.fp4_scales_f32 = w.scales_f32;
@@ -133,7 +141,7 @@ void pack_fp4(const WeightView& w, PackedWeight& p) {
     const int64_t pn = n / kPanelRows, r = n % kPanelRows;
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t at = (pn * groups + g) * 16 + r;
-      const float v = scale_value(w, n * groups + g, "FP4 group", n, g);
+      const float v = scale_value(w, n * groups + g, "FP4 group", n, g);  // validates
       if (w.scales_f32) {
         reinterpret_cast<float*>(s)[at] = v;
       } else {

@@ -1,12 +1,17 @@
 // Products with checkpoint weights: y = x · Wᵀ for W stored as F32, BF16, FP8 E4M3 with 128×128 block
 // scales, or FP4 E2M1 with 1×32 scales (model-v4.md §4.3). Activations and accumulation are fp32.
 //
-// Numerics (the contract every backend keeps): each output is
+// Numerics (the contract every backend keeps). F32, BF16 and FP8: each output is
 //   y[m][n] = (((0 + x[m][0]·W[n][0]) + x[m][1]·W[n][1]) + ...) + x[m][K-1]·W[n][K-1]
 // summed in k order, one rounding per step (a fused multiply-add on AVX2/AVX-512; a rounded product and
-// a rounded add on targets without FMA), with W[n][k] the exact fp32 value of the weight. The result of
-// an element never depends on M, on the other rows of x, on the thread count, or (among FMA targets) on
-// the vector width: products are batch invariant bit for bit.
+// a rounded add on targets without FMA), with W[n][k] the exact fp32 value of the weight.
+// FP4 (scales per row and 32 columns): with E_m the exponent of the largest finite |x[m][k]|,
+//   part_g = Σ_{k in group g, ascending} x[m][k]·2^-E_m · e2m1[n][k]      (same one-rounding steps)
+//   y[m][n] = 2^E_m · Σ_{g ascending} part_g · scale[n][g]                  (fused multiply-adds)
+// (the 2^-E_m keeps the partial sums in the normal range; it is exact, a power of two).
+// The result of an element never depends on M, on the other rows of x, on the thread count, or (among
+// FMA targets) on the vector width: products are batch invariant bit for bit. Every result is within
+// K·2^-24·Σ_k|x[m][k]·W[n][k]| of the exact sum, like the oracle linear_reference.
 #pragma once
 
 #include <cstdint>

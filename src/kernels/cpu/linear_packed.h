@@ -11,12 +11,19 @@
 //   F32   [2*K2][16] float, row r of the panel at lane r.
 //   BF16  [2*K2][8] u32 lanes, lane j = bf16(row j) | bf16(row j + 8) << 16, so one u32 load gives rows
 //         0..7 by a shift and rows 8..15 by a mask.
-//   FP8   [K2][16] u16 lanes, lane r = code(row r, 2kp) | code(row r, 2kp + 1) << 8.
-//   FP4   [K2][16] bytes, byte r = nibble(row r, 2kp) | nibble(row r, 2kp + 1) << 4 (the checkpoint's
-//         own byte of row r). Scales [cols / 32][16] E8M0 codes (or f32 when scales_f32).
-// FP8 scales are kept as f32 [ceil(rows/128)][ceil(cols/128)] holding scale · 2^8, because the kernel
-// decodes an E4M3 code c to the fp16 whose bits are the code's magnitude shifted left by 7 (plus the
-// sign), whose value is exactly fp8(c) · 2^-8 (subnormals included).
+//   FP8   [K2][8] u32 lanes, lane j = bytes {code(j, 2kp), code(j+8, 2kp), code(j, 2kp+1), code(j+8, 2kp+1)}.
+//         Byte b of every lane becomes an f32 by two shifts and a mask: sign to bit 31, the 7 magnitude
+//         bits to bits 26..20, which is exactly fp8 · 2^-120 (subnormal codes become fp32 subnormals,
+//         so no special case); the scale factor below carries the 2^120.
+//   FP4   [K2][8] u16 lanes, lane j = byte(row j) | byte(row j+8) << 8 with byte(r) = the checkpoint's
+//         byte of row r (nibble of k = 2kp low, 2kp+1 high). A nibble becomes an f32 by two shifts and a
+//         mask: sign to bit 31, the 3 magnitude bits to bits 24..22, exactly e2m1 · 2^-126 (the 0.5 code
+//         becomes an fp32 subnormal). Scales [cols / 32][16] per panel, E8M0 codes or f32.
+// Scale factors: FP8 keeps f32 [ceil(rows/128)][ceil(cols/128)] = scale · 2^120. When a factor would
+// overflow fp32 (scales of 2^8 and more), `two_step_scale` is set, the factor is the plain scale and
+// the kernel multiplies by 2^120 first. Either way the decoded weight is the exact product fp8 · scale,
+// as the oracle computes it. FP4 keeps the plain scales: they multiply partial sums over each 32-column
+// group, against x scaled by a power of two per row (linear_simd.cpp, "FP4: grouped order").
 #pragma once
 
 #include <cstdint>
@@ -29,6 +36,8 @@ namespace dsinfer::kernels::detail {
 inline constexpr int64_t kPanelRows = 16;
 inline constexpr int64_t kFp8Block = 128;
 inline constexpr int64_t kFp4Group = 32;
+inline constexpr int kFp8Bias = 120;  // decoded FP8 bits are fp8 · 2^-120
+inline constexpr int kFp4Bias = 126;  // decoded FP4 bits are e2m1 · 2^-126
 
 struct PackedWeight {
   WeightFormat format = WeightFormat::kF32;
@@ -38,10 +47,14 @@ struct PackedWeight {
   int64_t k_pairs = 0;      // ceil(cols / 2)
   int64_t panel_bytes = 0;  // bytes of one panel's element data
   hwy::AlignedFreeUniquePtr<uint8_t[]> data;
-  // FP8: f32 [ceil(rows/128)][ceil(cols/128)] (scale · 2^8). FP4: per panel [cols/32][16] codes (u8) or
-  // f32 when fp4_scales_f32.
+  // FP8: f32 [ceil(rows/128)][ceil(cols/128)] factors. FP4: per panel [cols/32][16] codes (u8) or f32
+  // factors when fp4_scales_f32.
   hwy::AlignedFreeUniquePtr<uint8_t[]> scales;
   bool fp4_scales_f32 = false;
+  bool two_step_scale = false;
+  // FP8: every factor is a power of two >= 1 (E8M0 scales of 2^-120 and more), and the largest.
+  bool fp8_pow2_factors = false;
+  float fp8_max_factor = 0.0f;
   int64_t fp8_scale_cols = 0;  // ceil(cols / 128)
 
   const uint8_t* panel(int64_t p) const { return data.get() + p * panel_bytes; }

@@ -1,21 +1,23 @@
 // Per-target kernels of Linear (compiled once per Highway target, chosen at run time).
 //
-// Summation order (the batch-invariance contract): for every output y[m][n],
-//   acc = 0; for k = 0, 1, ..., K-1: acc = MulAdd(x[m][k], W[n][k], acc); y[m][n] = acc
-// where W[n][k] is the exact fp32 value of the weight (scales applied by exact power-of-two products).
-// One vector lane is one output row n, so the order is the same for every M, every row of x, every
-// thread count and every vector width; on targets with FMA (AVX2, AVX-512) every step is one fused
-// multiply-add, so results are also identical across those targets. Targets without FMA (SSE4, SSSE3,
-// EMU128) round the product separately; still one fixed order.
+// Summation order (the batch-invariance contract of linear.h): one vector lane is one output row n,
+// and every output is an FMA chain over k in ascending order (FP4: chains over each 32-column group,
+// then an FMA chain over the groups). Nothing in the order depends on M, on the other rows of x, on the
+// thread count or on the vector width.
 //
 // Two schedules share that order:
 //  - stream (M <= kStreamMaxRows): each k-pair of a group of panels is decoded in registers and used
 //    for all M rows at once; the weights are read exactly once, at memory speed where the decode keeps up.
+//    Decoding is a few integer shifts and masks per 8 weights (linear_packed.h); FP8 moves its block
+//    scale onto x when that is exact, so the decode needs no multiply.
 //  - gemm (larger M): a group of panels is decoded once into a cache-resident f32 buffer ([k][16] per
 //    panel), then a register-tiled micro-kernel (MR rows of x × 16·PG rows of W) runs over all rows of x.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/linear_simd.cpp"
@@ -91,28 +93,39 @@ HWY_INLINE void DecodeBF16(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
   LoadRows(ro, o);
 }
 
-HWY_INLINE void DecodeFP8(const uint8_t* panel, int64_t kp, float scale, VF* e, VF* o) {
-  const uint16_t* q = reinterpret_cast<const uint16_t*>(panel) + kp * 16;
-  const float s = scale * (1.0f / 256.0f);
+// `factor` multiplies fp8 · 2^-120 (see linear_packed.h); `pre` is 2^120 for two-step scales, else 1.
+template <int kMode>
+HWY_INLINE void DecodeFP8(const uint8_t* panel, int64_t kp, float factor, float pre, VF* e, VF* o) {
+  if (kMode == 2) factor = pre = 1.0f;
+  const uint8_t* q = panel + kp * 32;
   float re[16], ro[16];
-  for (int r = 0; r < 16; ++r) {
-    re[r] = core::fp8_e4m3_to_float(static_cast<uint8_t>(q[r] & 0xFF)) * s;
-    ro[r] = core::fp8_e4m3_to_float(static_cast<uint8_t>(q[r] >> 8)) * s;
+  for (int j = 0; j < 8; ++j) {
+    for (int h = 0; h < 2; ++h) {
+      re[j + 8 * h] = core::fp8_e4m3_to_float(q[4 * j + h]) * std::ldexp(1.0f, -kFp8Bias) * pre * factor;
+      ro[j + 8 * h] = core::fp8_e4m3_to_float(q[4 * j + 2 + h]) * std::ldexp(1.0f, -kFp8Bias) * pre * factor;
+    }
   }
   LoadRows(re, e);
   LoadRows(ro, o);
 }
 
-HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, const float* scales, VF* e, VF* o) {
+// e2m1 · 2^-126 (see linear_packed.h); the group's scale is applied to the group's partial sum.
+HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
+  const uint8_t* q = panel + kp * 16;
   float re[16], ro[16];
-  for (int r = 0; r < 16; ++r) {
-    re[r] = core::fp4_e2m1_to_float(panel[kp * 16 + r] & 0xF) * scales[r];
-    ro[r] = core::fp4_e2m1_to_float(panel[kp * 16 + r] >> 4) * scales[r];
+  for (int j = 0; j < 8; ++j) {
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t b = q[2 * j + h];
+      const int r = j + 8 * h;
+      re[r] = core::fp4_e2m1_to_float(b & 0xF) * std::ldexp(1.0f, -kFp4Bias);
+      ro[r] = core::fp4_e2m1_to_float(b >> 4) * std::ldexp(1.0f, -kFp4Bias);
+    }
   }
   LoadRows(re, e);
   LoadRows(ro, o);
 }
 
+// E8M0 codes of 16 rows -> the f32 scales.
 HWY_INLINE void DecodeE8M0x16(const uint8_t* codes, float* out) {
   for (int r = 0; r < 16; ++r) out[r] = core::e8m0_to_float(codes[r]);
 }
@@ -151,93 +164,131 @@ HWY_INLINE void DecodeBF16(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
   DecodeBF16Half(q + 8, o);
 }
 
-// FP8: u16 lane r = code(row r, even k) | code(row r, odd k) << 8. The fp16 with sign at bit 15 and the
-// code's 7 magnitude bits at bits 13..7 is exactly fp8 · 2^-8; `scale` carries the block scale · 2^8.
-template <size_t N = kN>
-HWY_INLINE void DecodeFP8(const uint8_t* panel, int64_t kp, float scale, VF* e, VF* o) {
-  const DF df;
-  const VF s = hn::Set(df, scale);
-  const uint16_t* q = reinterpret_cast<const uint16_t*>(panel) + kp * 16;
-  if constexpr (N <= 8) {
-    const hn::Repartition<int16_t, DF> di;  // 2N lanes = 2N rows
-    const hn::Half<decltype(di)> dih;
-    const hn::Rebind<hwy::float16_t, decltype(dih)> dh;
-    constexpr int kChunks = static_cast<int>(16 / (2 * kN));
-    for (int c = 0; c < kChunks; ++c) {
-      const auto v = hn::BitCast(di, hn::LoadU(hn::RebindToUnsigned<decltype(di)>(), q + c * 2 * kN));
-      const auto ev = hn::And(hn::ShiftRight<1>(hn::ShiftLeft<8>(v)), hn::Set(di, static_cast<int16_t>(0xBFFF)));
-      const auto ov = hn::And(hn::ShiftRight<1>(v), hn::Set(di, static_cast<int16_t>(0xBF80)));
-      e[2 * c] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::LowerHalf(dih, ev))), s);
-      e[2 * c + 1] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::UpperHalf(dih, ev))), s);
-      o[2 * c] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::LowerHalf(dih, ov))), s);
-      o[2 * c + 1] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::UpperHalf(dih, ov))), s);
-    }
-  } else {
-    const hn::Rebind<int16_t, DF> di;  // 16 lanes
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    const auto v = hn::BitCast(di, hn::LoadU(hn::RebindToUnsigned<decltype(di)>(), q));
-    const auto ev = hn::And(hn::ShiftRight<1>(hn::ShiftLeft<8>(v)), hn::Set(di, static_cast<int16_t>(0xBFFF)));
-    const auto ov = hn::And(hn::ShiftRight<1>(v), hn::Set(di, static_cast<int16_t>(0xBF80)));
-    e[0] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, ev)), s);
-    o[0] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, ov)), s);
-  }
+// Byte kByte of every u32 lane (an E4M3 code) -> f32 bits: sign to bit 31, magnitude to bits 26..20.
+template <int kByte, class DI, class V>
+HWY_INLINE V Fp8Bits(DI di, V v) {
+  const auto top = hn::ShiftLeft<24 - 8 * kByte>(v);  // the code in bits 31..24
+  return hn::And(hn::ShiftRight<4>(top), hn::Set(di, static_cast<int32_t>(0x87F00000u)));
 }
 
-// FP4: byte r = nibble(row r, even k) | nibble(row r, odd k) << 4. A 16-entry byte table maps a nibble
-// to the high byte of the fp16 of its E2M1 value (the low byte is zero for every E2M1 value).
-// `scales` are the 16 rows' f32 scales of the current 32-column group.
-template <size_t N = kN>
-HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, const float* scales, VF* e, VF* o) {
+// Four f32 vectors (lanes = 8 consecutive rows j) from u32 lanes j of the FP8 layout.
+template <class DI, class V>
+HWY_INLINE void Fp8Lanes(DI di, V v, V* e_lo, V* e_hi, V* o_lo, V* o_hi) {
+  *e_lo = Fp8Bits<0>(di, v);
+  *e_hi = Fp8Bits<1>(di, v);
+  *o_lo = Fp8Bits<2>(di, v);
+  *o_hi = Fp8Bits<3>(di, v);
+}
+
+// kMode: 0 multiplies the bits by `factor`, 1 by `pre` and then `factor` (two-step scales), 2 leaves the
+// bits (fp8 · 2^-120) for a caller that scales x instead.
+template <int kMode, size_t N = kN>
+HWY_INLINE void DecodeFP8(const uint8_t* panel, int64_t kp, float factor, float pre, VF* e, VF* o) {
   const DF df;
-  {
-  const hn::Full128<uint8_t> d8;
-  const hn::Full128<uint16_t> d16;
-  HWY_ALIGN static constexpr uint8_t kTable[16] = {0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46,
-                                                   0x80, 0xB8, 0xBC, 0xBE, 0xC0, 0xC2, 0xC4, 0xC6};
-  const auto table = hn::Load(d8, kTable);
-  const auto nib = hn::Set(d8, 0x0F);
-  const auto b = hn::LoadU(d8, panel + kp * 16);
-  const auto lo = hn::And(b, nib);
-  const auto hi = hn::And(hn::BitCast(d8, hn::ShiftRight<4>(hn::BitCast(d16, b))), nib);
-  const auto tl = hn::TableLookupBytes(table, lo);
-  const auto th = hn::TableLookupBytes(table, hi);
-  const auto zero = hn::Zero(d8);
-  // u16 lanes with the table byte on top: rows 0..7 and rows 8..15.
-  const auto el = hn::ZipLower(d16, zero, tl);
-  const auto eh = hn::ZipUpper(d16, zero, tl);
-  const auto ol = hn::ZipLower(d16, zero, th);
-  const auto oh = hn::ZipUpper(d16, zero, th);
+  const VF f = hn::Set(df, factor);
+  const VF p = hn::Set(df, pre);
+  const int32_t* q = reinterpret_cast<const int32_t*>(panel) + kp * 8;
   if constexpr (N == 8) {
-    const hn::CappedTag<hwy::float16_t, N> dh;
-    e[0] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, el)), hn::Load(df, scales));
-    e[1] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, eh)), hn::Load(df, scales + 8));
-    o[0] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, ol)), hn::Load(df, scales));
-    o[1] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, oh)), hn::Load(df, scales + 8));
+    const hn::RebindToSigned<DF> di;
+    decltype(hn::Zero(di)) el, eh, ol, oh;
+    Fp8Lanes(di, hn::Load(di, q), &el, &eh, &ol, &oh);
+    e[0] = hn::BitCast(df, el);
+    e[1] = hn::BitCast(df, eh);
+    o[0] = hn::BitCast(df, ol);
+    o[1] = hn::BitCast(df, oh);
   } else if constexpr (N == 4) {
-    const hn::CappedTag<uint16_t, N> d16h;
-    const hn::CappedTag<hwy::float16_t, N> dh;
-    const decltype(el) parts_e[2] = {el, eh};
-    const decltype(el) parts_o[2] = {ol, oh};
-    for (int h = 0; h < 2; ++h) {
-      e[2 * h] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::LowerHalf(d16h, parts_e[h]))),
-                         hn::Load(df, scales + 8 * h));
-      e[2 * h + 1] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::UpperHalf(d16h, parts_e[h]))),
-                             hn::Load(df, scales + 8 * h + 4));
-      o[2 * h] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::LowerHalf(d16h, parts_o[h]))),
-                         hn::Load(df, scales + 8 * h));
-      o[2 * h + 1] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::UpperHalf(d16h, parts_o[h]))),
-                             hn::Load(df, scales + 8 * h + 4));
-    }
+    const hn::RebindToSigned<DF> di;
+    decltype(hn::Zero(di)) el0, eh0, ol0, oh0, el1, eh1, ol1, oh1;
+    Fp8Lanes(di, hn::Load(di, q), &el0, &eh0, &ol0, &oh0);
+    Fp8Lanes(di, hn::Load(di, q + 4), &el1, &eh1, &ol1, &oh1);
+    e[0] = hn::BitCast(df, el0);
+    e[1] = hn::BitCast(df, el1);
+    e[2] = hn::BitCast(df, eh0);
+    e[3] = hn::BitCast(df, eh1);
+    o[0] = hn::BitCast(df, ol0);
+    o[1] = hn::BitCast(df, ol1);
+    o[2] = hn::BitCast(df, oh0);
+    o[3] = hn::BitCast(df, oh1);
   } else {
-    const hn::CappedTag<uint16_t, N> d16w;
-    const hn::CappedTag<hwy::float16_t, N> dh;
-    e[0] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::Combine(d16w, eh, el))), hn::Load(df, scales));
-    o[0] = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, hn::Combine(d16w, oh, ol))), hn::Load(df, scales));
+    const hn::Half<DF> dh;
+    const hn::RebindToSigned<decltype(dh)> di;
+    decltype(hn::Zero(di)) el, eh, ol, oh;
+    Fp8Lanes(di, hn::Load(di, q), &el, &eh, &ol, &oh);
+    e[0] = hn::Combine(df, hn::BitCast(dh, eh), hn::BitCast(dh, el));
+    o[0] = hn::Combine(df, hn::BitCast(dh, oh), hn::BitCast(dh, ol));
   }
+  if constexpr (kMode == 2) return;
+  for (int v = 0; v < kNV; ++v) {
+    if constexpr (kMode == 1) {
+      e[v] = hn::Mul(e[v], p);
+      o[v] = hn::Mul(o[v], p);
+    }
+    e[v] = hn::Mul(e[v], f);
+    o[v] = hn::Mul(o[v], f);
   }
 }
 
-// E8M0 codes of 16 rows -> f32 scales (code 0 is 2^-127, an fp32 subnormal).
+// Nibble at bit kShift of every u32 lane (an E2M1 code) -> f32 bits: sign to bit 31, magnitude to
+// bits 24..22.
+template <int kShift, class DI, class V>
+HWY_INLINE V Fp4Bits(DI di, V v) {
+  const auto top = hn::ShiftLeft<28 - kShift>(v);  // the nibble in bits 31..28
+  return hn::And(hn::ShiftRight<6>(top), hn::Set(di, static_cast<int32_t>(0x81C00000u)));
+}
+
+template <class DI, class V>
+HWY_INLINE void Fp4Lanes(DI di, V v, V* e_lo, V* e_hi, V* o_lo, V* o_hi) {
+  *e_lo = Fp4Bits<0>(di, v);
+  *o_lo = Fp4Bits<4>(di, v);
+  *e_hi = Fp4Bits<8>(di, v);
+  *o_hi = Fp4Bits<12>(di, v);
+}
+
+// e2m1 · 2^-126 (see linear_packed.h); the group's scale is applied to the group's partial sum.
+template <size_t N = kN>
+HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
+  const DF df;
+  const uint16_t* q = reinterpret_cast<const uint16_t*>(panel) + kp * 8;
+  if constexpr (N == 8) {
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<uint16_t, DF> d16;
+    const auto v = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), hn::Load(d16, q)));
+    decltype(hn::Zero(di)) el, eh, ol, oh;
+    Fp4Lanes(di, v, &el, &eh, &ol, &oh);
+    e[0] = hn::BitCast(df, el);
+    e[1] = hn::BitCast(df, eh);
+    o[0] = hn::BitCast(df, ol);
+    o[1] = hn::BitCast(df, oh);
+  } else if constexpr (N == 4) {
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToUnsigned<DF> du;
+    const auto v0 = hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, q)));
+    const auto v1 = hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, q + 4)));
+    decltype(hn::Zero(di)) el0, eh0, ol0, oh0, el1, eh1, ol1, oh1;
+    Fp4Lanes(di, v0, &el0, &eh0, &ol0, &oh0);
+    Fp4Lanes(di, v1, &el1, &eh1, &ol1, &oh1);
+    e[0] = hn::BitCast(df, el0);
+    e[1] = hn::BitCast(df, el1);
+    e[2] = hn::BitCast(df, eh0);
+    e[3] = hn::BitCast(df, eh1);
+    o[0] = hn::BitCast(df, ol0);
+    o[1] = hn::BitCast(df, ol1);
+    o[2] = hn::BitCast(df, oh0);
+    o[3] = hn::BitCast(df, oh1);
+  } else {
+    const hn::Half<DF> dh;
+    const hn::RebindToSigned<decltype(dh)> di;
+    const hn::Rebind<uint16_t, decltype(dh)> d16;
+    const auto v = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(dh)>(), hn::Load(d16, q)));
+    decltype(hn::Zero(di)) el, eh, ol, oh;
+    Fp4Lanes(di, v, &el, &eh, &ol, &oh);
+    e[0] = hn::Combine(df, hn::BitCast(dh, eh), hn::BitCast(dh, el));
+    o[0] = hn::Combine(df, hn::BitCast(dh, oh), hn::BitCast(dh, ol));
+  }
+}
+
+// E8M0 codes of 16 rows -> the f32 scales (code 0 is the fp32 subnormal 2^-127).
 HWY_INLINE void DecodeE8M0x16(const uint8_t* codes, float* out) {
   const DF df;
   const hn::RebindToUnsigned<DF> du;
@@ -248,7 +299,6 @@ HWY_INLINE void DecodeE8M0x16(const uint8_t* codes, float* out) {
     hn::Store(hn::BitCast(df, bits), df, out + v * kN);
   }
 }
-
 #endif  // HWY_TARGET == HWY_SCALAR
 
 // ---- formats: scale blocks along k and the decode of one k-pair of one panel ----
@@ -257,10 +307,12 @@ HWY_INLINE void DecodeE8M0x16(const uint8_t* codes, float* out) {
 struct alignas(64) ScaleBlock {
   float fp4[8][16];
   float fp8[8];
+  float pre = 1.0f;  // 2^bias for two-step scales
 };
 
 struct FmtF32 {
   static constexpr int64_t kBlockPairs = INT64_MAX / 4;
+  static constexpr bool kScalesX = false;
   static void load(const PackedWeight&, int64_t, int, int64_t, ScaleBlock&) {}
   static HWY_INLINE void decode(const PackedWeight& w, const ScaleBlock&, int, int64_t p, int64_t kp, VF* e, VF* o) {
     DecodeF32(w.panel(p), kp, e, o);
@@ -269,15 +321,22 @@ struct FmtF32 {
 
 struct FmtBF16 {
   static constexpr int64_t kBlockPairs = INT64_MAX / 4;
+  static constexpr bool kScalesX = false;
   static void load(const PackedWeight&, int64_t, int, int64_t, ScaleBlock&) {}
   static HWY_INLINE void decode(const PackedWeight& w, const ScaleBlock&, int, int64_t p, int64_t kp, VF* e, VF* o) {
     DecodeBF16(w.panel(p), kp, e, o);
   }
 };
 
+// kMode as DecodeFP8. Mode 2 (x pre-scaled): the stream kernel multiplies x by the block's factor,
+// which is exact when the factors are powers of two >= 1 and x·factor stays finite (checked per call),
+// so the products, and hence the results, are bitwise those of mode 0.
+template <int kMode>
 struct FmtFP8 {
   static constexpr int64_t kBlockPairs = kFp8Block / 2;
+  static constexpr bool kScalesX = kMode == 2;
   static void load(const PackedWeight& w, int64_t p0, int g_count, int64_t block, ScaleBlock& sb) {
+    sb.pre = w.two_step_scale ? std::ldexp(1.0f, kFp8Bias) : 1.0f;
     const float* s = reinterpret_cast<const float*>(w.scales.get());
     for (int g = 0; g < g_count; ++g) {
       const int64_t row_block = (p0 + g) * kPanelRows / kFp8Block;
@@ -286,12 +345,15 @@ struct FmtFP8 {
   }
   static HWY_INLINE void decode(const PackedWeight& w, const ScaleBlock& sb, int g, int64_t p, int64_t kp, VF* e,
                                 VF* o) {
-    DecodeFP8(w.panel(p), kp, sb.fp8[g], e, o);
+    DecodeFP8<kMode>(w.panel(p), kp, sb.fp8[g], sb.pre, e, o);
   }
 };
 
+// FP4 scales are per row and 32-column group, so they cannot move to x; they multiply each group's
+// partial sum instead (the FP4 order, see linear.h).
 struct FmtFP4 {
   static constexpr int64_t kBlockPairs = kFp4Group / 2;
+  static constexpr bool kScalesX = false;
   static void load(const PackedWeight& w, int64_t p0, int g_count, int64_t block, ScaleBlock& sb) {
     const int64_t groups = w.cols / kFp4Group;
     for (int g = 0; g < g_count; ++g) {
@@ -303,9 +365,8 @@ struct FmtFP4 {
       }
     }
   }
-  static HWY_INLINE void decode(const PackedWeight& w, const ScaleBlock& sb, int g, int64_t p, int64_t kp, VF* e,
-                                VF* o) {
-    DecodeFP4(w.panel(p), kp, sb.fp4[g], e, o);
+  static HWY_INLINE void decode(const PackedWeight& w, const ScaleBlock&, int, int64_t p, int64_t kp, VF* e, VF* o) {
+    DecodeFP4(w.panel(p), kp, e, o);
   }
 };
 
@@ -341,6 +402,8 @@ HWY_NOINLINE void StreamPanels(const PackedWeight& w, int64_t p0, const float* x
   ScaleBlock sb;
   for (int64_t blk = 0; blk < blocks; ++blk) {
     Fmt::load(w, p0, G, blk, sb);
+    // With kScalesX the G panels share one factor (groups never cross a 128-row block).
+    const float xf = Fmt::kScalesX ? sb.fp8[0] : 1.0f;
     const int64_t kb = blk * Fmt::kBlockPairs;
     const int64_t ke = std::min(full_pairs, kb + Fmt::kBlockPairs);
     for (int64_t kp = kb; kp < ke; ++kp) {
@@ -348,8 +411,8 @@ HWY_NOINLINE void StreamPanels(const PackedWeight& w, int64_t p0, const float* x
         VF e[kNV], o[kNV];
         Fmt::decode(w, sb, g, p0 + g, kp, e, o);
         for (int m = 0; m < MR; ++m) {
-          const VF xe = hn::Set(df, x[m * ldx + 2 * kp]);
-          const VF xo = hn::Set(df, x[m * ldx + 2 * kp + 1]);
+          const VF xe = hn::Set(df, Fmt::kScalesX ? x[m * ldx + 2 * kp] * xf : x[m * ldx + 2 * kp]);
+          const VF xo = hn::Set(df, Fmt::kScalesX ? x[m * ldx + 2 * kp + 1] * xf : x[m * ldx + 2 * kp + 1]);
           for (int v = 0; v < kNV; ++v) acc[m][g * kNV + v] = hn::MulAdd(xe, e[v], acc[m][g * kNV + v]);
           for (int v = 0; v < kNV; ++v) acc[m][g * kNV + v] = hn::MulAdd(xo, o[v], acc[m][g * kNV + v]);
         }
@@ -360,7 +423,7 @@ HWY_NOINLINE void StreamPanels(const PackedWeight& w, int64_t p0, const float* x
         VF e[kNV], o[kNV];
         Fmt::decode(w, sb, g, p0 + g, full_pairs, e, o);
         for (int m = 0; m < MR; ++m) {
-          const VF xe = hn::Set(df, x[m * ldx + K - 1]);
+          const VF xe = hn::Set(df, Fmt::kScalesX ? x[m * ldx + K - 1] * xf : x[m * ldx + K - 1]);
           for (int v = 0; v < kNV; ++v) acc[m][g * kNV + v] = hn::MulAdd(xe, e[v], acc[m][g * kNV + v]);
         }
       }
@@ -370,13 +433,51 @@ HWY_NOINLINE void StreamPanels(const PackedWeight& w, int64_t p0, const float* x
     for (int g = 0; g < G; ++g) StorePanel(&acc[m][g * kNV], p0 + g, y + m * ldy, row_lo, row_hi);
 }
 
+// Panels [p, pe) in groups of G that start at multiples of G (so a group never crosses a 128-row FP8
+// scale block), the unaligned ends in smaller groups.
+template <class Fmt, int MR, int G>
+void StreamRange(const PackedWeight& w, int64_t p, int64_t pe, const float* x, int64_t ldx, float* y, int64_t ldy,
+                 int64_t row_lo, int64_t row_hi) {
+  if constexpr (G > 1) {
+    const int64_t aligned = std::min(pe, (p + G - 1) / G * G);
+    if (p < aligned) StreamRange<Fmt, MR, G / 2>(w, p, aligned, x, ldx, y, ldy, row_lo, row_hi);
+    for (p = aligned; p + G <= pe; p += G) StreamPanels<Fmt, MR, G>(w, p, x, ldx, y, ldy, row_lo, row_hi);
+    if (p < pe) StreamRange<Fmt, MR, G / 2>(w, p, pe, x, ldx, y, ldy, row_lo, row_hi);
+  } else {
+    for (; p < pe; ++p) StreamPanels<Fmt, MR, 1>(w, p, x, ldx, y, ldy, row_lo, row_hi);
+  }
+}
+
 template <class Fmt, int MR>
 void StreamRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, int64_t ldx, float* y, int64_t ldy,
                 int64_t row_lo, int64_t row_hi) {
-  constexpr int G = StreamGroup<MR>();
-  int64_t p = pb;
-  for (; p + G <= pe; p += G) StreamPanels<Fmt, MR, G>(w, p, x, ldx, y, ldy, row_lo, row_hi);
-  for (; p < pe; ++p) StreamPanels<Fmt, MR, 1>(w, p, x, ldx, y, ldy, row_lo, row_hi);
+  StreamRange<Fmt, MR, StreamGroup<MR>()>(w, pb, pe, x, ldx, y, ldy, row_lo, row_hi);
+}
+
+// Largest |x| over M rows of K (NaN compares false, so a NaN row reports what the others give; the
+// caller treats a NaN/inf x by its own check).
+float MaxAbs(const float* x, int64_t M, int64_t ldx, int64_t K) {
+  const DF df;
+  auto m = hn::Zero(df);
+  bool finite = true;
+  for (int64_t r = 0; r < M; ++r) {
+    const float* row = x + r * ldx;
+    int64_t k = 0;
+    for (; k + static_cast<int64_t>(kN) <= K; k += kN) m = hn::Max(m, hn::Abs(hn::LoadU(df, row + k)));
+    for (; k < K; ++k) {
+      const float a = std::fabs(row[k]);
+      if (!(a <= 3.0e38f)) finite = false;
+      m = hn::Max(m, hn::Set(df, a));
+    }
+  }
+  HWY_ALIGN float lanes[kN];
+  hn::Store(m, df, lanes);
+  float r = 0.0f;
+  for (size_t i = 0; i < kN; ++i) {
+    if (!(lanes[i] <= 3.0e38f)) finite = false;
+    r = std::max(r, lanes[i]);
+  }
+  return finite ? r : INFINITY;
 }
 
 // ---- gemm schedule ----
@@ -458,6 +559,232 @@ void GemmRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, int
   }
 }
 
+// ---- FP4: grouped order ----
+// For row m of x with largest finite |x| in [2^E, 2^(E+1)): xs = x · 2^(126-E) (exact: a power-of-two
+// scale-up that stays below 2^127), so the products xs · (e2m1 · 2^-126) = x · e2m1 · 2^-E are normal.
+// y[m][n] = 2^E · (fma chain over groups g of part_g · scale[n][g]), part_g = fma chain over the 32 k of g.
+
+// E of a row (0 when it has no finite non-zero value).
+int RowExponent(const float* x, int64_t K) {
+  const DF df;
+  const VF big = hn::Set(df, 3.4028234663852886e38f);
+  auto m = hn::Zero(df);
+  int64_t k = 0;
+  for (; k + static_cast<int64_t>(kN) <= K; k += kN) {
+    const VF a = hn::Abs(hn::LoadU(df, x + k));
+    m = hn::Max(m, hn::IfThenElseZero(hn::Le(a, big), a));  // drops inf and NaN
+  }
+  HWY_ALIGN float lanes[kN];
+  hn::Store(m, df, lanes);
+  float r = 0.0f;
+  for (size_t i = 0; i < kN; ++i)
+    if (lanes[i] > r) r = lanes[i];
+  for (; k < K; ++k) {
+    const float a = std::fabs(x[k]);
+    if (a <= 3.4028234663852886e38f && a > r) r = a;
+  }
+  if (!(r > 0.0f)) return 0;
+  int e = 0;
+  std::frexp(r, &e);
+  return e - 1;
+}
+
+void PrepareFP4Rows(const float* x, int64_t M, int64_t ldx, int64_t K, float* xs, int32_t* exps) {
+  const DF df;
+  for (int64_t m = 0; m < M; ++m) {
+    const int E = RowExponent(x + m * ldx, K);
+    exps[m] = E;
+    const float* src = x + m * ldx;
+    float* dst = xs + m * K;
+    // 126 - E can reach 275 (tiny rows): apply it in steps of at most 2^127.
+    int c = 126 - E;
+    bool first = true;
+    do {
+      const int step = std::clamp(c, -126, 127);
+      const VF f = hn::Set(df, std::ldexp(1.0f, step));
+      const float* in = first ? src : dst;
+      int64_t k = 0;
+      for (; k + static_cast<int64_t>(kN) <= K; k += kN) hn::StoreU(hn::Mul(hn::LoadU(df, in + k), f), df, dst + k);
+      for (; k < K; ++k) dst[k] = in[k] * std::ldexp(1.0f, step);
+      c -= step;
+      first = false;
+    } while (c != 0);
+  }
+}
+
+// y = acc · 2^E, in two power-of-two steps so that no factor is subnormal.
+HWY_INLINE VF ScaleByExponent(VF acc, int E) {
+  const DF df;
+  const int half = E / 2;
+  return hn::Mul(hn::Mul(acc, hn::Set(df, std::ldexp(1.0f, half))), hn::Set(df, std::ldexp(1.0f, E - half)));
+}
+
+template <int MR, int G>
+HWY_NOINLINE void StreamPanelsFP4(const PackedWeight& w, int64_t p0, const float* xs, const int32_t* exps, float* y,
+                                  int64_t ldy, int64_t row_lo, int64_t row_hi) {
+  const DF df;
+  const int64_t K = w.cols;
+  HWY_ALIGN float acc[MR][G * 16];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < G * 16; ++j) acc[m][j] = 0.0f;
+  ScaleBlock sb;
+  const int64_t groups = K / kFp4Group;
+  for (int64_t grp = 0; grp < groups; ++grp) {
+    FmtFP4::load(w, p0, G, grp, sb);
+    VF part[MR][G * kNV];
+    for (int m = 0; m < MR; ++m)
+      for (int j = 0; j < G * kNV; ++j) part[m][j] = hn::Zero(df);
+    for (int64_t kp = grp * 16; kp < grp * 16 + 16; ++kp) {
+      for (int g = 0; g < G; ++g) {
+        VF e[kNV], o[kNV];
+        DecodeFP4(w.panel(p0 + g), kp, e, o);
+        for (int m = 0; m < MR; ++m) {
+          const VF xe = hn::Set(df, xs[m * K + 2 * kp]);
+          const VF xo = hn::Set(df, xs[m * K + 2 * kp + 1]);
+          for (int v = 0; v < kNV; ++v) part[m][g * kNV + v] = hn::MulAdd(xe, e[v], part[m][g * kNV + v]);
+          for (int v = 0; v < kNV; ++v) part[m][g * kNV + v] = hn::MulAdd(xo, o[v], part[m][g * kNV + v]);
+        }
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int g = 0; g < G; ++g)
+        for (int v = 0; v < kNV; ++v) {
+          float* a = &acc[m][g * 16 + v * kN];
+          hn::Store(hn::MulAdd(part[m][g * kNV + v], hn::Load(df, sb.fp4[g] + v * kN), hn::Load(df, a)), df, a);
+        }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int g = 0; g < G; ++g) {
+      VF out[kNV];
+      for (int v = 0; v < kNV; ++v) out[v] = ScaleByExponent(hn::Load(df, &acc[m][g * 16 + v * kN]), exps[m]);
+      StorePanel(out, p0 + g, y + m * ldy, row_lo, row_hi);
+    }
+}
+
+template <int MR, int G>
+void StreamRangeFP4(const PackedWeight& w, int64_t p, int64_t pe, const float* xs, const int32_t* exps, float* y,
+                    int64_t ldy, int64_t row_lo, int64_t row_hi) {
+  if constexpr (G > 1) {
+    for (; p + G <= pe; p += G) StreamPanelsFP4<MR, G>(w, p, xs, exps, y, ldy, row_lo, row_hi);
+    if (p < pe) StreamRangeFP4<MR, G / 2>(w, p, pe, xs, exps, y, ldy, row_lo, row_hi);
+  } else {
+    for (; p < pe; ++p) StreamPanelsFP4<MR, 1>(w, p, xs, exps, y, ldy, row_lo, row_hi);
+  }
+}
+
+// MR rows × PG decoded panels ([k][16] raw bits each, scales [groups][16] each).
+template <int MR, int PG>
+HWY_NOINLINE void MicroKernelFP4(const float* panels, int64_t panel_stride, const float* scales, int64_t scale_stride,
+                                 const float* xs, int64_t K, const int32_t* exps, int64_t p0, float* y, int64_t ldy,
+                                 int64_t row_lo, int64_t row_hi) {
+  const DF df;
+  HWY_ALIGN float acc[MR][PG * 16];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < PG * 16; ++j) acc[m][j] = 0.0f;
+  for (int64_t grp = 0; grp < K / kFp4Group; ++grp) {
+    VF part[MR][PG * kNV];
+    for (int m = 0; m < MR; ++m)
+      for (int j = 0; j < PG * kNV; ++j) part[m][j] = hn::Zero(df);
+    for (int64_t k = grp * kFp4Group; k < (grp + 1) * kFp4Group; ++k) {
+      VF wv[PG * kNV];
+      for (int g = 0; g < PG; ++g)
+        for (int v = 0; v < kNV; ++v) wv[g * kNV + v] = hn::Load(df, panels + g * panel_stride + k * 16 + v * kN);
+      for (int m = 0; m < MR; ++m) {
+        const VF xb = hn::Set(df, xs[m * K + k]);
+        for (int j = 0; j < PG * kNV; ++j) part[m][j] = hn::MulAdd(xb, wv[j], part[m][j]);
+      }
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int g = 0; g < PG; ++g)
+        for (int v = 0; v < kNV; ++v) {
+          float* a = &acc[m][g * 16 + v * kN];
+          const VF s = hn::Load(df, scales + g * scale_stride + grp * 16 + v * kN);
+          hn::Store(hn::MulAdd(part[m][g * kNV + v], s, hn::Load(df, a)), df, a);
+        }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int g = 0; g < PG; ++g) {
+      VF out[kNV];
+      for (int v = 0; v < kNV; ++v) out[v] = ScaleByExponent(hn::Load(df, &acc[m][g * 16 + v * kN]), exps[m]);
+      StorePanel(out, p0 + g, y + m * ldy, row_lo, row_hi);
+    }
+}
+
+template <int PG, int MR = kGemmRows>
+void MicroRowsFP4(const float* panels, int64_t panel_stride, const float* scales, int64_t scale_stride, const float* xs,
+                  int64_t M, int64_t K, const int32_t* exps, int64_t p0, float* y, int64_t ldy, int64_t row_lo,
+                  int64_t row_hi) {
+  int64_t m = 0;
+  for (; m + MR <= M; m += MR)
+    MicroKernelFP4<MR, PG>(panels, panel_stride, scales, scale_stride, xs + m * K, K, exps + m, p0, y + m * ldy, ldy,
+                           row_lo, row_hi);
+  if constexpr (MR > 1) {
+    if (m < M)
+      MicroRowsFP4<PG, MR - 1>(panels, panel_stride, scales, scale_stride, xs + m * K, M - m, K, exps + m, p0,
+                               y + m * ldy, ldy, row_lo, row_hi);
+  }
+}
+
+void GemmRowsFP4(const PackedWeight& w, int64_t pb, int64_t pe, const float* xs, const int32_t* exps, int64_t M,
+                 float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+  const int64_t K = w.cols;
+  const int64_t groups = K / kFp4Group;
+  const int64_t panel_floats = w.k_pairs * 32;
+  const int64_t scale_floats = groups * 16;
+  const int64_t group = std::max<int64_t>(
+      kGemmPanels, kGemmBufferBytes / ((panel_floats + scale_floats) * 4) / kGemmPanels * kGemmPanels);
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buffer;
+  thread_local int64_t buffer_floats = 0;
+  const int64_t need = group * (panel_floats + scale_floats);
+  if (buffer_floats < need) {
+    buffer = hwy::AllocateAligned<float>(need);
+    buffer_floats = need;
+  }
+  float* wbuf = buffer.get();
+  float* sbuf = wbuf + group * panel_floats;
+  ScaleBlock sb;
+  for (int64_t p = pb; p < pe; p += group) {
+    const int64_t n = std::min(group, pe - p);
+    for (int64_t g = 0; g < n; ++g) {
+      DecodePanel<FmtFP4>(w, p + g, wbuf + g * panel_floats);
+      for (int64_t grp = 0; grp < groups; ++grp) {
+        FmtFP4::load(w, p + g, 1, grp, sb);
+        std::memcpy(sbuf + g * scale_floats + grp * 16, sb.fp4[0], 16 * sizeof(float));
+      }
+    }
+    int64_t g = 0;
+    for (; g + kGemmPanels <= n; g += kGemmPanels)
+      MicroRowsFP4<kGemmPanels>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K,
+                                exps, p + g, y, ldy, row_lo, row_hi);
+    for (; g < n; ++g)
+      MicroRowsFP4<1>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K, exps,
+                      p + g, y, ldy, row_lo, row_hi);
+  }
+}
+
+void ForwardFP4(const PackedWeight& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_lo,
+                int64_t row_hi) {
+  const int64_t K = w.cols;
+  // Not thread_local: a task of a nested parallel region may run another product on this thread.
+  std::vector<float> xs_buf(static_cast<size_t>(M * K));
+  std::vector<int32_t> exps(static_cast<size_t>(M));
+  PrepareFP4Rows(x, M, ldx, K, xs_buf.data(), exps.data());
+  const float* xs = xs_buf.data();
+  const int64_t pb = row_lo / kPanelRows;
+  const int64_t pe = (row_hi + kPanelRows - 1) / kPanelRows;
+  if (M > kStreamMaxRows) {
+    GemmRowsFP4(w, pb, pe, xs, exps.data(), M, y, ldy, row_lo, row_hi);
+    return;
+  }
+  switch (M) {
+    case 1: StreamRangeFP4<1, StreamGroup<1>()>(w, pb, pe, xs, exps.data(), y, ldy, row_lo, row_hi); break;
+    case 2: StreamRangeFP4<2, StreamGroup<2>()>(w, pb, pe, xs, exps.data(), y, ldy, row_lo, row_hi); break;
+    case 3: StreamRangeFP4<3, StreamGroup<3>()>(w, pb, pe, xs, exps.data(), y, ldy, row_lo, row_hi); break;
+    case 4: StreamRangeFP4<4, StreamGroup<4>()>(w, pb, pe, xs, exps.data(), y, ldy, row_lo, row_hi); break;
+    default: break;
+  }
+}
+
 // ---- entry ----
 
 template <class Fmt>
@@ -465,9 +792,18 @@ void ForwardFmt(const PackedWeight& w, const float* x, int64_t M, int64_t ldx, f
                 int64_t row_hi) {
   const int64_t pb = row_lo / kPanelRows;
   const int64_t pe = (row_hi + kPanelRows - 1) / kPanelRows;
-  if (M > kStreamMaxRows) {
-    GemmRows<Fmt>(w, pb, pe, x, M, ldx, y, ldy, row_lo, row_hi);
-    return;
+  if constexpr (!Fmt::kScalesX) {  // the gemm schedule decodes exact weights
+    if (M > kStreamMaxRows) {
+      GemmRows<Fmt>(w, pb, pe, x, M, ldx, y, ldy, row_lo, row_hi);
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<Fmt, FmtFP8<0>>) {
+    // Scale x instead of every weight vector when that is exact (see FmtFP8).
+    if (w.fp8_pow2_factors && MaxAbs(x, M, ldx, w.cols) * w.fp8_max_factor < 1.0e38f) {
+      ForwardFmt<FmtFP8<2>>(w, x, M, ldx, y, ldy, row_lo, row_hi);
+      return;
+    }
   }
   switch (M) {
     case 1: StreamRows<Fmt, 1>(w, pb, pe, x, ldx, y, ldy, row_lo, row_hi); break;
@@ -484,8 +820,14 @@ void PackedForward(const PackedWeight& w, const float* x, int64_t M, int64_t ldx
   switch (w.format) {
     case WeightFormat::kF32: ForwardFmt<FmtF32>(w, x, M, ldx, y, ldy, row_lo, row_hi); break;
     case WeightFormat::kBF16: ForwardFmt<FmtBF16>(w, x, M, ldx, y, ldy, row_lo, row_hi); break;
-    case WeightFormat::kFP8: ForwardFmt<FmtFP8>(w, x, M, ldx, y, ldy, row_lo, row_hi); break;
-    case WeightFormat::kFP4: ForwardFmt<FmtFP4>(w, x, M, ldx, y, ldy, row_lo, row_hi); break;
+    case WeightFormat::kFP8:
+      if (w.two_step_scale) {
+        ForwardFmt<FmtFP8<1>>(w, x, M, ldx, y, ldy, row_lo, row_hi);
+      } else {
+        ForwardFmt<FmtFP8<0>>(w, x, M, ldx, y, ldy, row_lo, row_hi);
+      }
+      break;
+    case WeightFormat::kFP4: ForwardFP4(w, x, M, ldx, y, ldy, row_lo, row_hi); break;
   }
 }
 
@@ -496,6 +838,10 @@ int64_t StreamMaxRows() { return kStreamMaxRows; }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if HWY_ARCH_X86
+#include <xmmintrin.h>
+#endif
+
 namespace dsinfer::kernels::detail {
 
 HWY_EXPORT(PackedForward);
@@ -503,6 +849,17 @@ HWY_EXPORT(StreamMaxRows);
 
 void packed_forward(const PackedWeight& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
                     int64_t row_lo, int64_t row_hi) {
+#if HWY_ARCH_X86
+  // FP8/FP4 decode through fp32 subnormals (linear_packed.h): "denormals are zero" would flush them.
+  const unsigned csr = _mm_getcsr();
+  constexpr unsigned kDaz = 0x40;
+  if ((csr & kDaz) && (w.format == WeightFormat::kFP8 || w.format == WeightFormat::kFP4)) {
+    _mm_setcsr(csr & ~kDaz);
+    HWY_DYNAMIC_DISPATCH(PackedForward)(w, x, M, ldx, y, ldy, row_lo, row_hi);
+    _mm_setcsr(csr);
+    return;
+  }
+#endif
   HWY_DYNAMIC_DISPATCH(PackedForward)(w, x, M, ldx, y, ldy, row_lo, row_hi);
 }
 

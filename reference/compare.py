@@ -38,7 +38,14 @@ def compare(a, b):
         "rows": a.shape[0], "median_rel": float(np.median(rel)), "max_rel": float(rel.max()),
         "worst_row": int(rel.argmax()), "argmax_agree": float((am == bm).mean()), "flips": flips,
         "finite": bool(np.isfinite(a64).all() and np.isfinite(b64).all()),
+        "rel": rel,
     }
+
+
+def first_row_above(rel, tol):
+    """First row whose relative error exceeds tol (None when none does): where a divergence starts."""
+    over = np.nonzero(rel > tol)[0]
+    return int(over[0]) if len(over) else None
 
 
 def main():
@@ -48,6 +55,9 @@ def main():
     ap.add_argument("--max-median-rel", type=float, help="fail when the median relative error exceeds this")
     ap.add_argument("--max-rel", type=float, help="fail when the worst row's relative error exceeds this")
     ap.add_argument("--min-argmax", type=float, help="fail when the argmax agreement fraction is below this")
+    ap.add_argument("--prefix-rows", type=int, default=0,
+                    help="with --prefix-max-rel: the first N rows must each be within that relative error")
+    ap.add_argument("--prefix-max-rel", type=float, help="bound for every one of the first --prefix-rows rows")
     ap.add_argument("--label", default="", help="name printed with the summary")
     ap.add_argument("--max-flips-shown", type=int, default=20, help="print at most this many flips")
     args = ap.parse_args()
@@ -71,6 +81,8 @@ def main():
         print(f"{tag}  flip at pos {f['pos']}: A argmax {f['argmax_a']} (top-2 margin {f['margin_a']:.3e}, "
               f"B's choice {f['a_gap']:.3e} below), B argmax {f['argmax_b']} (top-2 margin {f['margin_b']:.3e}, "
               f"A's choice {f['b_gap']:.3e} below)")
+    onset = first_row_above(s["rel"], 1e-4)
+    print(f"{tag}first row above 1e-4: {onset if onset is not None else 'none'}")
     if len(s["flips"]) > args.max_flips_shown:
         print(f"{tag}  ... {len(s['flips']) - args.max_flips_shown} more flips")
     failed = []
@@ -80,6 +92,12 @@ def main():
         failed.append(f"median rel err {s['median_rel']:.3e} > {args.max_median_rel:g}")
     if args.max_rel is not None and not s["max_rel"] <= args.max_rel:
         failed.append(f"max rel err {s['max_rel']:.3e} > {args.max_rel:g}")
+    if args.prefix_max_rel is not None and args.prefix_rows > 0:
+        worst = float(s["rel"][:args.prefix_rows].max())
+        if not worst <= args.prefix_max_rel:
+            bad_row = first_row_above(s["rel"][:args.prefix_rows], args.prefix_max_rel)
+            failed.append(f"row {bad_row} of the first {args.prefix_rows} has rel err "
+                          f"{s['rel'][bad_row]:.3e} > {args.prefix_max_rel:g}")
     if args.min_argmax is not None and not s["argmax_agree"] >= args.min_argmax:
         failed.append(f"argmax agreement {s['argmax_agree']:.4f} < {args.min_argmax:g}")
     if failed:

@@ -3,10 +3,11 @@
 (reference/run.py) on synthetic checkpoints made by `dsinfer mkmodel`.
 
   golden.py setup    --dsinfer BIN --config CFG --seed S --tokens N --work DIR [--no-kv-qdq]
-      mkmodel into DIR/model, prompt ids into DIR/ids.txt, reference logits DIR/ref[_noqdq].npy and
-      MTP logits DIR/ref[_noqdq]_mtp.npy.
+      mkmodel into DIR/model, prompt ids into DIR/ids.txt, reference logits DIR/ref_noqdq.npy (KV/indexer
+      QDQ off) and, unless --no-kv-qdq, DIR/ref.npy (QDQ on), each with MTP logits *_mtp.npy.
   golden.py compare  --dsinfer BIN --work DIR --name NAME [--mtp] [--no-kv-qdq] [--chunk-size N]
                      [--rollback K] [--max-median-rel X] [--max-rel X] [--min-argmax X]
+                     [--prefix-rows N --prefix-max-rel X]
       runs `dsinfer logits` with those flags and compares with the reference of the setup.
   golden.py short    --dsinfer BIN --work DIR [--lengths 1,2,3,...]
       prompts shorter than a compression group / window (fresh compressor state): one-pass and MTP.
@@ -46,7 +47,7 @@ def run(cmd, what):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [ln for ln in p.stdout.strip().splitlines() if "%" not in ln or "100%" in ln]  # drop progress bars
     if lines:
-        print("\n".join("    " + line for line in lines[-40:]))
+        print("\n".join("    " + line for line in lines[-200:]))
     print(f"    ({what}: {time.time() - t0:.1f} s, exit {p.returncode})", flush=True)
     if p.returncode != 0:
         raise SystemExit(f"golden: {what} failed with exit status {p.returncode}")
@@ -88,23 +89,27 @@ def cmd_setup(args):
     ids = prompt_ids(args.seed, args.tokens, vocab)
     with open(os.path.join(args.work, "ids.txt"), "w") as f:
         f.write(",".join(map(str, ids)))
-    cmd = [PYTHON, os.path.join(REFERENCE, "run.py"), "--model", model, "--prompt-ids",
-           "@" + os.path.join(args.work, "ids.txt"), "--out", os.path.join(args.work, ref_name(args.no_kv_qdq, False)),
-           "--out-mtp", os.path.join(args.work, ref_name(args.no_kv_qdq, True))]
-    if args.no_kv_qdq:
-        cmd.append("--no-kv-qdq")
-    run(cmd, "reference/run.py")
+    variants = [True] if args.no_kv_qdq else [False, True]
+    for no_qdq in variants:
+        cmd = [PYTHON, os.path.join(REFERENCE, "run.py"), "--model", model, "--prompt-ids",
+               "@" + os.path.join(args.work, "ids.txt"), "--out", os.path.join(args.work, ref_name(no_qdq, False)),
+               "--out-mtp", os.path.join(args.work, ref_name(no_qdq, True))]
+        if no_qdq:
+            cmd.append("--no-kv-qdq")
+        run(cmd, "reference/run.py")
     print(f"golden setup done: {len(ids)} tokens in {args.work}")
 
 
-def report(a_path, b_path, label, max_median_rel, max_rel, min_argmax):
+def report(a_path, b_path, label, th):
     a, b = np.load(a_path), np.load(b_path)
     if a.shape != b.shape:
         print(f"[{label}] FAIL: dsinfer wrote shape {a.shape}, the reference {b.shape}")
         return False
     s = cmp.compare(a, b)
+    onset = cmp.first_row_above(s["rel"], 1e-4)
     print(f"[{label}] rows {s['rows']}  rel err median {s['median_rel']:.3e}  max {s['max_rel']:.3e} "
-          f"(row {s['worst_row']})  argmax agree {100 * s['argmax_agree']:.2f}% ({len(s['flips'])} flips)")
+          f"(row {s['worst_row']})  argmax agree {100 * s['argmax_agree']:.2f}% ({len(s['flips'])} flips)  "
+          f"first row above 1e-4: {onset if onset is not None else 'none'}")
     for f in s["flips"][:20]:
         print(f"[{label}]   flip at pos {f['pos']}: dsinfer argmax {f['argmax_a']} (top-2 margin {f['margin_a']:.3e}), "
               f"reference argmax {f['argmax_b']} (top-2 margin {f['margin_b']:.3e}); reference places dsinfer's "
@@ -114,12 +119,17 @@ def report(a_path, b_path, label, max_median_rel, max_rel, min_argmax):
     bad = []
     if not s["finite"]:
         bad.append("non-finite logits")
-    if max_median_rel is not None and not s["median_rel"] <= max_median_rel:
-        bad.append(f"median rel err {s['median_rel']:.3e} > {max_median_rel:g}")
-    if max_rel is not None and not s["max_rel"] <= max_rel:
-        bad.append(f"max rel err {s['max_rel']:.3e} > {max_rel:g}")
-    if min_argmax is not None and not s["argmax_agree"] >= min_argmax:
-        bad.append(f"argmax agreement {s['argmax_agree']:.4f} < {min_argmax:g}")
+    if th.max_median_rel is not None and not s["median_rel"] <= th.max_median_rel:
+        bad.append(f"median rel err {s['median_rel']:.3e} > {th.max_median_rel:g}")
+    if th.max_rel is not None and not s["max_rel"] <= th.max_rel:
+        bad.append(f"max rel err {s['max_rel']:.3e} > {th.max_rel:g}")
+    if th.min_argmax is not None and not s["argmax_agree"] >= th.min_argmax:
+        bad.append(f"argmax agreement {s['argmax_agree']:.4f} < {th.min_argmax:g}")
+    if th.prefix_max_rel is not None and th.prefix_rows > 0:
+        row = cmp.first_row_above(s["rel"][:th.prefix_rows], th.prefix_max_rel)
+        if row is not None:
+            bad.append(f"row {row} (of the first {th.prefix_rows}, which must all agree) has rel err "
+                       f"{s['rel'][row]:.3e} > {th.prefix_max_rel:g}")
     print(f"[{label}] " + ("FAIL: " + "; ".join(bad) if bad else "PASS"), flush=True)
     return not bad
 
@@ -145,7 +155,7 @@ def cmd_compare(args):
     if os.path.exists(out):
         os.remove(out)
     dsinfer_logits(args, os.path.join(args.work, "model"), read_ids(args.work), out, args.mtp)
-    ok = report(out, ref, args.name, args.max_median_rel, args.max_rel, args.min_argmax)
+    ok = report(out, ref, args.name, args)
     return 0 if ok else 1
 
 
@@ -153,22 +163,23 @@ def cmd_short(args):
     ids = read_ids(args.work)
     model = os.path.join(args.work, "model")
     ok = True
+    tag = "_noqdq" if args.no_kv_qdq else ""
     for n in [int(x) for x in args.lengths.split(",")]:
         sub = ids[:n]
-        ref = os.path.join(args.work, f"short{n}_ref.npy")
-        refm = os.path.join(args.work, f"short{n}_ref_mtp.npy")
+        ref = os.path.join(args.work, f"short{n}{tag}_ref.npy")
+        refm = os.path.join(args.work, f"short{n}{tag}_ref_mtp.npy")
         cmd = [PYTHON, os.path.join(REFERENCE, "run.py"), "--model", model, "--prompt-ids", ",".join(map(str, sub)),
-               "--out", ref]
+               "--out", ref] + (["--no-kv-qdq"] if args.no_kv_qdq else [])
         if n >= 2:
             cmd += ["--out-mtp", refm]
         run(cmd, f"reference/run.py ({n} tokens)")
-        out = os.path.join(args.work, f"short{n}_dsinfer.npy")
+        out = os.path.join(args.work, f"short{n}{tag}_dsinfer.npy")
         dsinfer_logits(args, model, sub, out)
-        ok &= report(out, ref, f"short{n}", args.max_median_rel, args.max_rel, args.min_argmax)
+        ok &= report(out, ref, f"short{n}", args)
         if n >= 2:
-            outm = os.path.join(args.work, f"short{n}_dsinfer_mtp.npy")
+            outm = os.path.join(args.work, f"short{n}{tag}_dsinfer_mtp.npy")
             dsinfer_logits(args, model, sub, outm, mtp=True)
-            ok &= report(outm, refm, f"short{n}_mtp", args.max_median_rel, args.max_rel, args.min_argmax)
+            ok &= report(outm, refm, f"short{n}_mtp", args)
     return 0 if ok else 1
 
 
@@ -199,6 +210,8 @@ def main():
             p.add_argument("--max-median-rel", type=float, default=1e-4)
             p.add_argument("--max-rel", type=float)
             p.add_argument("--min-argmax", type=float, default=0.99)
+            p.add_argument("--prefix-rows", type=int, default=0)
+            p.add_argument("--prefix-max-rel", type=float)
         if name == "compare":
             p.add_argument("--name", required=True)
             p.add_argument("--mtp", action="store_true")

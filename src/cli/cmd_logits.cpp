@@ -1,0 +1,173 @@
+// dsinfer logits: fp32 logits of every prompt position (or of the MTP head) as a NumPy .npy file,
+// the contract the golden tests compare with the PyTorch reference (reference/run.py).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "model/deepseek_v4/model.h"
+
+namespace dsinfer::cli {
+namespace {
+
+namespace v4 = model::deepseek_v4;
+
+std::vector<int32_t> read_ids(const std::string& spec) {
+  std::string text = spec;
+  if (!spec.empty() && spec[0] == '@') {
+    std::ifstream in(spec.substr(1));
+    DSINFER_CHECK(in.good(), "--prompt-ids: cannot read ", spec.substr(1));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  std::string clean;
+  for (char c : text) {
+    if (c == '\n' || c == '\r' || c == ' ' || c == '\t') c = ',';
+    clean += c;
+  }
+  // Drop empty items (trailing newline, double separators).
+  std::string joined;
+  std::stringstream items(clean);
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item.empty()) continue;
+    if (!joined.empty()) joined += ',';
+    joined += item;
+  }
+  DSINFER_CHECK(!joined.empty(), "--prompt-ids: empty list");
+  return parse_id_list(joined);
+}
+
+void write_npy(const std::string& path, const std::vector<float>& data, int64_t rows, int64_t cols) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  const size_t unpadded = 10 + header.size() + 1;
+  header += std::string((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  DSINFER_CHECK(out.good(), "--out: cannot create ", path);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.write("\x93NUMPY\x01\x00", 8);
+  out.write(reinterpret_cast<const char*>(&len), 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
+  DSINFER_CHECK(out.good(), "--out: write to ", path, " failed");
+}
+
+v4::ModelOptions model_options(const Args& args) {
+  v4::ModelOptions opt;
+  opt.numerics.mode = v4::parse_numerics_mode(args.get("numerics"));
+  opt.numerics.kv_qdq = !args.has("no-kv-qdq");
+  opt.threads = static_cast<int>(args.get_int("threads"));
+  return opt;
+}
+
+int run_logits(int argc, char** argv) {
+  Args args("logits",
+            "Write fp32 logits [T, vocab] of every prompt position to a .npy file (or, with --mtp, the MTP\n"
+            "head's logits [T-1, vocab]: row p from the final streams at p and token p+1, predicting p+2).");
+  args.option("model", "DIR", "checkpoint directory (config.json + safetensors)");
+  args.option("prompt-ids", "IDS", "comma-separated token ids, or @FILE holding them");
+  args.option("out", "FILE", "output .npy (float32)");
+  args.flag("mtp", "write the MTP logits [T-1, vocab] instead of the main logits");
+  args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ (diagnostic)");
+  args.option("numerics", "MODE", "exact (fp32 activations) or reference (activation FP8 QDQ, bf16 storage)", "exact");
+  args.option("chunk-size", "N", "feed the prompt in chunks of N tokens (1 = token-by-token decode; 0 = one pass)",
+              "0");
+  args.option("rollback", "K", "after every chunk run K extra random tokens and roll them back", "0");
+  args.option("seed", "S", "seed of the random rollback tokens", "1");
+  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
+  if (!args.parse(argc, argv)) return args.exit_code();
+
+  const std::vector<int32_t> ids = read_ids(args.get("prompt-ids"));
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const bool mtp = args.has("mtp");
+  int64_t chunk = args.get_int("chunk-size");
+  const int64_t rollback = args.get_int("rollback");
+  DSINFER_CHECK(chunk >= 0, "--chunk-size must be >= 0, got ", chunk);
+  DSINFER_CHECK(rollback >= 0, "--rollback must be >= 0, got ", rollback);
+  if (chunk == 0) chunk = T;
+  DSINFER_CHECK(!mtp || T >= 2, "--mtp needs at least 2 prompt tokens");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = v4::Model::load(args.get("model"), model_options(args));
+  const auto t1 = std::chrono::steady_clock::now();
+  const int64_t vocab = model->config().vocab_size;
+  const int64_t hd = model->shape().hc_dim();
+  std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));
+  std::uniform_int_distribution<int32_t> random_token(0, static_cast<int32_t>(vocab - 1));
+
+  auto seq = model->new_sequence();
+  std::vector<float> logits;
+  std::vector<float> hidden;
+  std::vector<v4::SequenceOutput> out(1);
+  for (int64_t b = 0; b < T; b += chunk) {
+    const int64_t n = std::min(chunk, T - b);
+    v4::SequenceInput in;
+    in.state = seq.get();
+    in.tokens = std::span<const int32_t>(ids.data() + b, n);
+    in.logits = mtp ? v4::LogitRows::kNone : v4::LogitRows::kAll;
+    in.want_hidden = mtp;
+    model->forward({&in, 1}, out);
+    logits.insert(logits.end(), out[0].logits.begin(), out[0].logits.end());
+    hidden.insert(hidden.end(), out[0].hidden.begin(), out[0].hidden.end());
+    if (rollback > 0) {
+      const int64_t len = seq->length();
+      std::vector<int32_t> junk(rollback);
+      for (auto& t : junk) t = random_token(rng);
+      in.tokens = junk;
+      in.logits = v4::LogitRows::kAll;
+      in.want_hidden = false;
+      model->forward({&in, 1}, out);
+      seq->truncate(len);
+    }
+  }
+  int64_t rows = T;
+  if (mtp) {
+    // MTP row p: hidden state at p and token p+1, fed in the same chunking.
+    logits.clear();
+    rows = T - 1;
+    for (int64_t b = 0; b < rows; b += chunk) {
+      const int64_t n = std::min(chunk, rows - b);
+      v4::MtpInput in;
+      in.state = seq.get();
+      in.hidden = std::span<const float>(hidden.data() + b * hd, n * hd);
+      in.tokens = std::span<const int32_t>(ids.data() + b + 1, n);
+      in.logits = v4::LogitRows::kAll;
+      model->mtp_forward({&in, 1}, out);
+      logits.insert(logits.end(), out[0].logits.begin(), out[0].logits.end());
+      if (rollback > 0) {
+        const int64_t len = seq->mtp_length();
+        std::vector<int32_t> junk(rollback);
+        for (auto& t : junk) t = random_token(rng);
+        std::vector<float> junk_hidden(rollback * hd);
+        for (int64_t k = 0; k < rollback; ++k) {
+          const int64_t src = static_cast<int64_t>(random_token(rng)) % T;
+          std::copy(hidden.begin() + src * hd, hidden.begin() + (src + 1) * hd, junk_hidden.begin() + k * hd);
+        }
+        in.hidden = junk_hidden;
+        in.tokens = junk;
+        model->mtp_forward({&in, 1}, out);
+        seq->truncate_mtp(len);
+      }
+    }
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  write_npy(args.get("out"), logits, rows, vocab);
+  const double load_s = std::chrono::duration<double>(t1 - t0).count();
+  const double run_s = std::chrono::duration<double>(t2 - t1).count();
+  std::fprintf(stderr, "logits: %lld tokens, %s, chunk %lld, rollback %lld: load %.2f s, forward %.2f s (%.1f tok/s)\n",
+               static_cast<long long>(T), model->shape().numerics.describe().c_str(), static_cast<long long>(chunk),
+               static_cast<long long>(rollback), load_s, run_s, static_cast<double>(T) / run_s);
+  return 0;
+}
+
+}  // namespace
+DSINFER_COMMAND("logits", "write fp32 logits of every prompt position (.npy)", run_logits);
+}  // namespace dsinfer::cli

@@ -1,0 +1,50 @@
+// Storage formats of the cached vectors (model-v4.md §3.1, exact compact formats):
+//   KvCodec: window KV and main compressed KV. With the KV QDQ on, the nope dims are FP8 E4M3 codes with
+//     one E8M0 scale per 64 (exactly the reference's QDQ), the rope dims are kept in the activation type
+//     (bf16 in reference numerics, fp32 in exact numerics, where rounding them would change the model).
+//     With the QDQ off everything is fp32.
+//   IndexKeyCodec: indexer keys, FP4 E2M1 codes + one E8M0 per 32 (QDQ on) or fp32.
+// encode() quantizes the vector in place (after it, the caller's copy equals what decode() returns) and
+// writes its bytes; decode() reproduces the values bit for bit.
+#pragma once
+
+#include <cstdint>
+
+namespace dsinfer::model::deepseek_v4 {
+
+class KvCodec {
+ public:
+  KvCodec() = default;
+  KvCodec(int64_t head_dim, int64_t rope_dims, bool fp8_nope, bool bf16_rope);
+
+  int64_t dim() const { return dim_; }
+  int64_t bytes() const { return bytes_; }
+  bool fp8_nope() const { return fp8_nope_; }
+  bool bf16_rope() const { return bf16_rope_; }
+
+  void encode(float* x, uint8_t* out) const;
+  void decode(const uint8_t* in, float* x) const;
+
+ private:
+  int64_t dim_ = 0, rope_ = 0, nope_ = 0, bytes_ = 0;
+  bool fp8_nope_ = true, bf16_rope_ = false;
+};
+
+class IndexKeyCodec {
+ public:
+  IndexKeyCodec() = default;
+  IndexKeyCodec(int64_t dim, bool fp4);
+
+  int64_t dim() const { return dim_; }
+  int64_t bytes() const { return bytes_; }
+  bool fp4() const { return fp4_; }
+
+  void encode(float* x, uint8_t* out) const;
+  void decode(const uint8_t* in, float* x) const;
+
+ private:
+  int64_t dim_ = 0, bytes_ = 0;
+  bool fp4_ = true;
+};
+
+}  // namespace dsinfer::model::deepseek_v4

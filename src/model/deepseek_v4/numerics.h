@@ -1,0 +1,42 @@
+// Which arithmetic the forward pass reproduces (model-v4.md §2.10, §2.14).
+//   kExact:     fp32 activations on exactly decoded weights; only the KV FP8 QDQ and the indexer FP4 QDQ
+//               that belong to the model (QAT) are applied. The default, and what tight tests compare.
+//   kReference: additionally the official code's FP8 activation quantization (block 128) in front of
+//               every FP8/FP4-weight product and its bf16 storage points. Comparable statistically only.
+// kv_qdq = false switches the KV / indexer QDQ off (diagnostic; deep configs amplify tiny differences
+// through the FP8/FP4 rounding, so tight cross-implementation checks turn it off on both sides).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtypes.h"
+#include "kernels/cpu/qdq.h"
+
+namespace dsinfer::model::deepseek_v4 {
+
+enum class NumericsMode : uint8_t { kExact, kReference };
+
+struct Numerics {
+  NumericsMode mode = NumericsMode::kExact;
+  bool kv_qdq = true;
+
+  bool reference() const { return mode == NumericsMode::kReference; }
+
+  // bf16 rounding where the official code stores bf16 (reference mode only).
+  void bf16(float* x, int64_t n) const {
+    if (!reference()) return;
+    for (int64_t i = 0; i < n; ++i) x[i] = core::round_to_bf16(x[i]);
+  }
+  // FP8 activation QDQ in front of an FP8/FP4-weight product (reference mode only). n % 128 == 0.
+  void act_quant(float* x, int64_t n) const {
+    if (reference()) kernels::fp8_block_qdq(x, n, 128);
+  }
+  std::string describe() const {
+    return std::string(reference() ? "reference" : "exact") + (kv_qdq ? "" : " (KV/indexer QDQ off)");
+  }
+};
+
+NumericsMode parse_numerics_mode(const std::string& name);  // "exact" | "reference"
+
+}  // namespace dsinfer::model::deepseek_v4

@@ -1,0 +1,160 @@
+#include "model/deepseek_v4/weights.h"
+
+#include "core/dtypes.h"
+#include "core/error.h"
+
+namespace dsinfer::model::deepseek_v4 {
+namespace {
+
+using core::DType;
+
+class Loader {
+ public:
+  Loader(const Checkpoint& ckpt, const ModelShape& s) : ckpt_(ckpt), s_(s) {}
+
+  Product linear(const std::string& prefix, int64_t rows, int64_t cols) const {
+    return Product(ckpt_.linear(prefix, rows, cols));
+  }
+
+  // A BF16 or F32 vector of exactly n elements, as fp32.
+  std::vector<float> vec(const std::string& name, int64_t n) const {
+    const TensorView& t = ckpt_.get(name);
+    DSINFER_CHECK(t.numel() == n, ckpt_.dir(), ": tensor ", name, " has ", t.numel(), " elements, expected ", n);
+    std::vector<float> out(n);
+    if (t.dtype == DType::kBF16) {
+      const uint16_t* p = t.as<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = core::bf16_to_float(p[i]);
+    } else if (t.dtype == DType::kF32) {
+      const float* p = t.as<float>();
+      out.assign(p, p + n);
+    } else {
+      core::fail(ckpt_.dir(), ": tensor ", name, " must be BF16 or F32, found dtype ", static_cast<int>(t.dtype));
+    }
+    return out;
+  }
+
+  HcWeights hc(const std::string& stem, int64_t mixes, int64_t scales) const {
+    HcWeights w;
+    const TensorView& fn = ckpt_.get(stem + "_fn", DType::kF32, {mixes, s_.hc_dim()});
+    kernels::WeightView v;
+    v.format = kernels::WeightFormat::kF32;
+    v.rows = mixes;
+    v.cols = s_.hc_dim();
+    v.data = fn.data;
+    w.fn = Product(v);
+    w.base = vec(stem + "_base", mixes);
+    w.scale = vec(stem + "_scale", scales);
+    return w;
+  }
+
+  CompressorWeights compressor(const std::string& prefix, int64_t ratio, int64_t width) const {
+    CompressorWeights c;
+    c.ratio = ratio;
+    c.width = width;
+    c.overlap = ratio == 4;
+    const int64_t cw = (c.overlap ? 2 : 1) * width;
+    c.wkv = linear(prefix + "wkv", cw, s_.dim);
+    c.wgate = linear(prefix + "wgate", cw, s_.dim);
+    c.ape = vec(prefix + "ape", ratio * cw);
+    c.norm = vec(prefix + "norm.weight", width);
+    return c;
+  }
+
+  ExpertWeights expert(const std::string& prefix, int64_t inter) const {
+    ExpertWeights e;
+    e.w1 = linear(prefix + "w1", inter, s_.dim);
+    e.w2 = linear(prefix + "w2", s_.dim, inter);
+    e.w3 = linear(prefix + "w3", inter, s_.dim);
+    return e;
+  }
+
+  BlockWeights block(const LayerShape& ls) const {
+    BlockWeights b;
+    const std::string& p = ls.prefix;
+    b.hc_attn = hc(p + "hc_attn", s_.mixes(), 3);
+    b.hc_ffn = hc(p + "hc_ffn", s_.mixes(), 3);
+    b.attn_norm = vec(p + "attn_norm.weight", s_.dim);
+    b.ffn_norm = vec(p + "ffn_norm.weight", s_.dim);
+
+    const std::string a = p + "attn.";
+    AttentionWeights& at = b.attn;
+    at.wq_a = linear(a + "wq_a", s_.q_lora, s_.dim);
+    at.wq_b = linear(a + "wq_b", s_.heads * s_.head_dim, s_.q_lora);
+    at.wkv = linear(a + "wkv", s_.head_dim, s_.dim);
+    at.wo_a = linear(a + "wo_a", s_.groups * s_.o_lora, s_.heads * s_.head_dim / s_.groups);
+    at.wo_b = linear(a + "wo_b", s_.dim, s_.groups * s_.o_lora);
+    at.q_norm = vec(a + "q_norm.weight", s_.q_lora);
+    at.kv_norm = vec(a + "kv_norm.weight", s_.head_dim);
+    at.sink = vec(a + "attn_sink", s_.heads);
+    if (ls.compressed()) at.compressor = compressor(a + "compressor.", ls.ratio, s_.head_dim);
+    if (ls.csa()) {
+      IndexerWeights ix;
+      ix.wq_b = linear(a + "indexer.wq_b", s_.index_heads * s_.index_dim, s_.q_lora);
+      ix.weights_proj = linear(a + "indexer.weights_proj", s_.index_heads, s_.dim);
+      ix.compressor = compressor(a + "indexer.compressor.", ls.ratio, s_.index_dim);
+      at.indexer = std::move(ix);
+    }
+
+    const std::string f = p + "ffn.";
+    MoeWeights& m = b.ffn;
+    m.gate = linear(f + "gate", s_.experts, s_.dim);
+    if (ls.hash) {
+      const TensorView& t = ckpt_.get(f + "gate.tid2eid");
+      DSINFER_CHECK(t.dtype == DType::kI64 || t.dtype == DType::kI32, ckpt_.dir(), ": tensor ", f,
+                    "gate.tid2eid must be I64 or I32");
+      DSINFER_CHECK(t.numel() == s_.vocab * s_.topk, ckpt_.dir(), ": tensor ", f, "gate.tid2eid has ", t.numel(),
+                    " elements, expected vocab x experts_per_token = ", s_.vocab * s_.topk);
+      m.tid2eid.resize(t.numel());
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const int64_t e = t.dtype == DType::kI64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
+        DSINFER_CHECK(e >= 0 && e < s_.experts, ckpt_.dir(), ": tensor ", f, "gate.tid2eid[", i / s_.topk, "][",
+                      i % s_.topk, "] = ", e, " is not an expert id in [0, ", s_.experts, ")");
+        m.tid2eid[i] = static_cast<int32_t>(e);
+      }
+    } else {
+      m.bias = vec(f + "gate.bias", s_.experts);
+    }
+    m.experts.reserve(s_.experts);
+    for (int64_t e = 0; e < s_.experts; ++e) m.experts.push_back(expert(core::str_cat(f, "experts.", e, "."), s_.inter));
+    m.shared = expert(f + "shared_experts.", s_.shared_inter);
+    return b;
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  const ModelShape& s_;
+};
+
+}  // namespace
+
+ModelWeights ModelWeights::load(const Checkpoint& ckpt, const ModelShape& s,
+                                const std::function<void(int64_t, int64_t)>& on_layer) {
+  Loader ld(ckpt, s);
+  ModelWeights w;
+  const TensorView& embed = ckpt.get("embed.weight", DType::kBF16, {s.vocab, s.dim});
+  w.embed = embed.as<uint16_t>();
+  w.head = ld.linear("head", s.vocab, s.dim);
+  w.norm = ld.vec("norm.weight", s.dim);
+  w.hc_head = ld.hc("hc_head", s.hc, 1);
+  const int64_t total = s.n_layers + (s.has_mtp ? 1 : 0);
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    w.layers.push_back(ld.block(s.layers[l]));
+    if (on_layer) on_layer(l + 1, total);
+  }
+  if (s.has_mtp) {
+    const LayerShape& ls = s.mtp_layer();
+    MtpWeights m;
+    m.block = ld.block(ls);
+    m.e_proj = ld.linear(ls.prefix + "e_proj", s.dim, s.dim);
+    m.h_proj = ld.linear(ls.prefix + "h_proj", s.dim, s.dim);
+    m.enorm = ld.vec(ls.prefix + "enorm.weight", s.dim);
+    m.hnorm = ld.vec(ls.prefix + "hnorm.weight", s.dim);
+    m.norm = ld.vec(ls.prefix + "norm.weight", s.dim);
+    m.head = ld.hc(ls.prefix + "hc_head", s.hc, 1);
+    w.mtp = std::move(m);
+    if (on_layer) on_layer(total, total);
+  }
+  return w;
+}
+
+}  // namespace dsinfer::model::deepseek_v4

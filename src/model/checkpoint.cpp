@@ -127,6 +127,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const Check
                        report.extra.front(), "'");
     }
   }
+  if (options.progress) ck->touch(options.progress);
   return ck;
 }
 

@@ -36,6 +36,7 @@ struct InventoryReport {
 struct CheckpointOptions {
   bool check_inventory = true;  // fail on missing / mismatched tensors
   bool allow_extra = false;     // with check_inventory: extra tensors only logged as a warning
+  ProgressFn progress;          // when set, open() touches every page once and reports (see touch())
 };
 
 class Checkpoint {

@@ -46,7 +46,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 
 #include "core/dtypes.h"
@@ -200,6 +199,19 @@ void fill_tid2eid(const Rng& rng, int64_t vocab, int64_t k, int64_t n_experts, i
   });
 }
 
+// model.safetensors, model.safetensors.index.json or model-NNNNN-of-NNNNN.safetensors.
+bool is_model_file(const std::string& name) {
+  if (name == "model.safetensors" || name == "model.safetensors.index.json") return true;
+  if (name.size() != 32 || name.compare(0, 6, "model-") != 0 || name.compare(11, 4, "-of-") != 0 ||
+      name.compare(20, 12, ".safetensors") != 0) {
+    return false;
+  }
+  for (size_t i : {6, 7, 8, 9, 10, 15, 16, 17, 18, 19}) {
+    if (name[i] < '0' || name[i] > '9') return false;
+  }
+  return true;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   DSINFER_CHECK(in.good(), "mkmodel: cannot read ", path);
@@ -289,11 +301,8 @@ MkModelResult make_model(const MkModelOptions& options) {
   DSINFER_CHECK(!ec && fs::is_directory(options.out_dir), "mkmodel: cannot create directory ", options.out_dir, ": ",
                 ec.message());
   // Stale files of an earlier run would be picked up by the loader (the index wins over model.safetensors).
-  static const std::regex kModelFile(R"(model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?)");
   for (const auto& entry : fs::directory_iterator(options.out_dir)) {
-    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), kModelFile)) {
-      fs::remove(entry.path());
-    }
+    if (entry.is_regular_file() && is_model_file(entry.path().filename().string())) fs::remove(entry.path());
   }
   write_file(options.out_dir + "/config.json", config_text);
 

@@ -273,6 +273,16 @@ TEST(Checkpoint, TouchReportsMonotoneProgressToTheTotal) {
     EXPECT_GE(calls[i].first, calls[i - 1].first);
     EXPECT_EQ(calls[i].second, ck->total_bytes());
   }
+  // The same through open().
+  CheckpointOptions o;
+  uint64_t last = 0, calls_open = 0;
+  o.progress = [&](uint64_t done, uint64_t) {
+    last = done;
+    ++calls_open;
+  };
+  auto again = Checkpoint::open(ck->dir(), o);
+  EXPECT_GE(calls_open, 2u);
+  EXPECT_EQ(last, again->total_bytes());
 }
 
 }  // namespace

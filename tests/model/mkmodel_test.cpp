@@ -280,9 +280,14 @@ TEST(MkModel, ShardsAndIndex) {
   }
   ck.reset();
   single.out_dir = o.out_dir;
+  testing::write_bytes(o.out_dir + "/notes.txt", "keep");
+  testing::write_bytes(o.out_dir + "/model-extra.safetensors", "keep");
   make_model(single);
   EXPECT_FALSE(std::filesystem::exists(o.out_dir + "/model.safetensors.index.json"));
   EXPECT_FALSE(std::filesystem::exists(r.files.front()));
+  EXPECT_FALSE(std::filesystem::exists(r.files.back()));
+  EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/notes.txt"));  // only model files are replaced
+  EXPECT_TRUE(std::filesystem::exists(o.out_dir + "/model-extra.safetensors"));
   EXPECT_NO_THROW(Checkpoint::open(o.out_dir));
 }
 

@@ -13,7 +13,9 @@ class Loader {
   Loader(const Checkpoint& ckpt, const ModelShape& s) : ckpt_(ckpt), s_(s) {}
 
   Product linear(const std::string& prefix, int64_t rows, int64_t cols) const {
-    return Product(ckpt_.linear(prefix, rows, cols));
+    kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
+    if (v.name.empty()) v.name = prefix;  // so the kernels' own checks name the tensor
+    return Product(v);
   }
 
   // A BF16 or F32 vector of exactly n elements, as fp32.
@@ -41,6 +43,7 @@ class Loader {
     v.rows = mixes;
     v.cols = s_.hc_dim();
     v.data = fn.data;
+    v.name = stem + "_fn";
     w.fn = Product(v);
     w.base = vec(stem + "_base", mixes);
     w.scale = vec(stem + "_scale", scales);

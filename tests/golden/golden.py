@@ -89,14 +89,21 @@ def cmd_setup(args):
     ids = prompt_ids(args.seed, args.tokens, vocab)
     with open(os.path.join(args.work, "ids.txt"), "w") as f:
         f.write(",".join(map(str, ids)))
-    variants = [True] if args.no_kv_qdq else [False, True]
-    for no_qdq in variants:
-        cmd = [PYTHON, os.path.join(REFERENCE, "run.py"), "--model", model, "--prompt-ids",
-               "@" + os.path.join(args.work, "ids.txt"), "--out", os.path.join(args.work, ref_name(no_qdq, False)),
-               "--out-mtp", os.path.join(args.work, ref_name(no_qdq, True))]
-        if no_qdq:
-            cmd.append("--no-kv-qdq")
-        run(cmd, "reference/run.py")
+    import torch
+    from model_v4 import DeepseekV4Reference
+    head = None
+    for no_qdq in ([True] if args.no_kv_qdq else [False, True]):
+        t0 = time.time()
+        m = DeepseekV4Reference(model, kv_qdq=not no_qdq)
+        m._head = head  # decoded once, shared by both variants
+        with torch.no_grad():
+            logits, state = m.forward(ids)
+            mtp = m.mtp(state, ids)
+        head = m._head
+        np.save(os.path.join(args.work, ref_name(no_qdq, False)), logits.to(torch.float32).numpy())
+        np.save(os.path.join(args.work, ref_name(no_qdq, True)), mtp.to(torch.float32).numpy())
+        print(f"reference (float64, kv_qdq={not no_qdq}): logits {tuple(logits.shape)}, MTP {tuple(mtp.shape)}, "
+              f"{time.time() - t0:.1f} s", flush=True)
     print(f"golden setup done: {len(ids)} tokens in {args.work}")
 
 
@@ -163,16 +170,20 @@ def cmd_short(args):
     ids = read_ids(args.work)
     model = os.path.join(args.work, "model")
     ok = True
+    import torch
+    from model_v4 import DeepseekV4Reference
+    ref_model = DeepseekV4Reference(model, kv_qdq=not args.no_kv_qdq)
+    print(f"reference in process: float64, kv_qdq={not args.no_kv_qdq}")
     tag = "_noqdq" if args.no_kv_qdq else ""
     for n in [int(x) for x in args.lengths.split(",")]:
         sub = ids[:n]
         ref = os.path.join(args.work, f"short{n}{tag}_ref.npy")
         refm = os.path.join(args.work, f"short{n}{tag}_ref_mtp.npy")
-        cmd = [PYTHON, os.path.join(REFERENCE, "run.py"), "--model", model, "--prompt-ids", ",".join(map(str, sub)),
-               "--out", ref] + (["--no-kv-qdq"] if args.no_kv_qdq else [])
-        if n >= 2:
-            cmd += ["--out-mtp", refm]
-        run(cmd, f"reference/run.py ({n} tokens)")
+        with torch.no_grad():  # one in-process reference for all lengths (saves a start-up per length)
+            logits, state = ref_model.forward(sub)
+            np.save(ref, logits.to(torch.float32).numpy())
+            if n >= 2:
+                np.save(refm, ref_model.mtp(state, sub).to(torch.float32).numpy())
         out = os.path.join(args.work, f"short{n}{tag}_dsinfer.npy")
         dsinfer_logits(args, model, sub, out)
         ok &= report(out, ref, f"short{n}", args)

@@ -31,6 +31,7 @@ EngineCore::EngineCore(std::shared_ptr<ModelRunner> model, const EngineOptions& 
                   "EngineOptions.draft_tokens must be in [1, ", info_.max_draft_tokens, "], got ",
                   options_.draft_tokens);
   }
+  model_->prepare(options_.speculation, options_.batch_invariant);
   if (options_.prefix_cache) {
     const int64_t cap = options_.prefix_cache_bytes < 0
                             ? options_.kv_budget_bytes

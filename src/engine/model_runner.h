@@ -70,6 +70,13 @@ class ModelRunner {
   virtual ~ModelRunner() = default;
   virtual const ModelInfo& info() const = 0;
 
+  // Called once by the engine before any other call: whether drafts will be asked for (a model may
+  // skip drafter work otherwise) and whether results must not depend on the batch.
+  virtual void prepare(bool speculation, bool batch_invariant) {
+    (void)speculation;
+    (void)batch_invariant;
+  }
+
   virtual std::unique_ptr<SequenceState> new_sequence() = 0;
 
   // Runs one step over many sequences; logits are appended to `logits` row after row, in item order

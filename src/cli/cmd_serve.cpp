@@ -17,9 +17,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
-#if __has_include("engine/v4_runner.h")
-#include "engine/v4_runner.h"
-#define DSINFER_SERVE_HAVE_ENGINE 1
+#if DSINFER_ENGINE_HAVE_V4
+#include "engine/deepseek_v4/v4_runner.h"
 #endif
 #include "server/api_server.h"
 #include "server/default_model.h"
@@ -51,7 +50,7 @@ int64_t positive_int(const Args& args, const char* name, int64_t min = 1) {
   return v;
 }
 
-std::string tokenizer_path_for(const std::string& model_dir) {
+[[maybe_unused]] std::string tokenizer_path_for(const std::string& model_dir) {
   const fs::path own = fs::path(model_dir) / "tokenizer.json";
   if (fs::is_regular_file(own)) return own.string();
   DSINFER_LOG_WARN("serve: ", model_dir, " has no tokenizer.json; using the V4 tokenizer");
@@ -98,6 +97,7 @@ int run_serve(int argc, char** argv) {
   args.flag("no-prefix-cache", "disable the prefix cache");
   args.flag("speculation", "MTP speculative decoding (lossless)");
   args.option("draft-tokens", "N", "draft tokens per step with --speculation", "1");
+  args.option("threads", "N", "compute threads of the model (0: $DSINFER_THREADS or every core)", "0");
   if (!args.parse(argc, argv)) return args.exit_code();
 
   // Signals are taken by sigwait() below only; every thread started from here inherits the mask.
@@ -165,15 +165,26 @@ int run_serve(int argc, char** argv) {
   opt.model_names = split_names(args.get_optional("served-model-name").value_or(""));
   if (!args.has("served-model-name") || opt.model_names.empty()) opt.model_names = {default_name};
 
-#ifndef DSINFER_SERVE_HAVE_ENGINE
-  core::fail("dsinfer serve: this build has no DeepSeek-V4 engine (src/engine/v4_runner.h)");
+#if !DSINFER_ENGINE_HAVE_V4
+  core::fail("dsinfer serve: this build has no DeepSeek-V4 engine (src/engine/deepseek_v4)");
 #else
   const auto t0 = std::chrono::steady_clock::now();
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tokenizer_path_for(model_dir));
   std::unique_ptr<engine::Engine> eng;
   {
+    // The model reports blocks loaded; the bar shows them as a share of the checkpoint's bytes.
+    uint64_t checkpoint_bytes = 0;
+    for (const auto& e : fs::directory_iterator(model_dir))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") checkpoint_bytes += e.file_size();
     ProgressBar bar("loading " + model_dir);
-    auto runner = engine::open_model(model_dir, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+    engine::V4RunnerOptions ropt;
+    ropt.model.threads = static_cast<int>(positive_int(args, "threads", 0));
+    ropt.model.progress = [&](int64_t done, int64_t total) {
+      if (total <= 0) return;
+      const uint64_t t = checkpoint_bytes > 0 ? checkpoint_bytes : static_cast<uint64_t>(total);
+      bar.update(t * static_cast<uint64_t>(done) / static_cast<uint64_t>(total), t);
+    };
+    auto runner = engine::open_model(model_dir, ropt);
     bar.finish();
     eng = engine::make_engine(std::move(runner), eopt);
   }

@@ -4,7 +4,7 @@
 
 namespace dsinfer::server {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // keys in the order the protocols document them
 
 ErrorFlavor flavor_for_path(std::string_view path) {
   return path.rfind("/v1/messages", 0) == 0 ? ErrorFlavor::kAnthropic : ErrorFlavor::kOpenAI;

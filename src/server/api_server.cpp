@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <set>
 #include <thread>
 #include <unistd.h>
 
@@ -299,8 +300,15 @@ void ApiServer::register_metrics() {
     w.counter("dsinfer_engine_draft_tokens_total", "Speculative draft tokens proposed.", m.draft_tokens_total);
     w.counter("dsinfer_engine_accepted_draft_tokens_total", "Speculative draft tokens accepted.",
               m.accepted_draft_tokens_total);
+    static const std::set<std::string> kFixed = {
+        "dsinfer_engine_waiting_requests", "dsinfer_engine_running_requests", "dsinfer_engine_preempted_total",
+        "dsinfer_engine_kv_used_bytes", "dsinfer_engine_kv_budget_bytes", "dsinfer_engine_prompt_tokens_total",
+        "dsinfer_engine_cached_tokens_total", "dsinfer_engine_generated_tokens_total", "dsinfer_engine_steps_total",
+        "dsinfer_engine_step_seconds_total", "dsinfer_engine_draft_tokens_total",
+        "dsinfer_engine_accepted_draft_tokens_total"};
     for (const auto& [name, value] : m.extra) {
       std::string n = "dsinfer_engine_" + metric_name(name);
+      if (kFixed.count(n)) continue;  // a family may appear once
       if (n.size() > 6 && n.compare(n.size() - 6, 6, "_total") == 0)
         w.counter(n, "Engine counter " + name + ".", value);
       else
@@ -345,7 +353,7 @@ void ApiServer::reply_error(const std::shared_ptr<Exchange>& ex, int route, int 
 void ApiServer::handle(std::shared_ptr<Exchange> ex) {
   const HttpRequest& req = ex->request();
   const int route = route_of(req.path);
-  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool get = req.method == "GET";
   const bool post = req.method == "POST";
   switch (route) {
     case kHealth:

@@ -206,7 +206,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void fail_request(int status, std::string_view message) {
     shared_->stats.bad_requests_total.fetch_add(1);
     std::string path;
-    if (parser_ && parser_->is_header_done()) {
+    if (parser_) {  // the request line is kept even when a later part of the head failed
       auto t = parser_->get().target();
       path.assign(t.data(), t.size());
       path = path.substr(0, path.find('?'));
@@ -273,7 +273,9 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       start_read();
+      return;
     }
+    close();  // kClosing: nothing more to read
   }
 
   void read_head() {
@@ -421,7 +423,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Everything queued so far is on the wire.
   void after_writes() {
     if (close_after_write_) {
-      graceful_close();
+      lingering_close();
       return;
     }
     if (phase_ != Phase::kHandling || !response_done_) return;
@@ -462,6 +464,31 @@ class Session : public std::enable_shared_from_this<Session> {
     close();
   }
 
+  // After an error answered before the request was read (413, 408, ...), the client may still be
+  // sending: closing at once would reset the connection and the client would never read the answer.
+  // So: end our side, then read and drop what still comes for a while before closing.
+  void lingering_close() {
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    if (reading_) return;  // the pending read fails or times out soon; its handler closes
+    arm_read_timer(kLingerTime);
+    discard_.resize(16 * 1024);
+    discard_read();
+  }
+
+  void discard_read() {
+    reading_ = true;
+    socket_.async_read_some(net::buffer(discard_), [self = shared_from_this()](error_code ec, size_t n) {
+      self->reading_ = false;
+      self->discarded_ += n;
+      if (ec || self->closed_ || self->discarded_ > kMaxLingerBytes) {
+        self->close();
+        return;
+      }
+      self->discard_read();
+    });
+  }
+
   void close() {
     if (closed_) return;
     closed_ = true;
@@ -480,6 +507,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   static constexpr size_t kMaxPipelinedBytes = 64u << 10;
+  static constexpr std::chrono::milliseconds kLingerTime{5000};
+  static constexpr size_t kMaxLingerBytes = 64u << 20;
 
   net::any_io_executor strand_;
   tcp::socket socket_;
@@ -506,6 +535,8 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t write_gen_ = 0;
   std::string out_pending_;
   std::string out_writing_;
+  std::string discard_;
+  size_t discarded_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------------

@@ -71,10 +71,29 @@ test('message, streamed raw events in order', async () => {
   }
   assert.equal(types[0], 'message_start');
   assert.equal(types[1], 'content_block_start', 'thinking mode opens a thinking block at once');
-  assert.equal(types[2], 'ping');
+  assert.ok(!types.includes('ping'), 'the SDK drops ping events');
   assert.equal(types.at(-2), 'message_delta');
   assert.equal(types.at(-1), 'message_stop');
   assert.ok(usage.output_tokens > 0);
+});
+
+test('message stream on the wire: ping after the first block start, named events, no [DONE]', async () => {
+  const r = await fetch(`${server.url}/v1/messages`, {
+    method: 'POST', headers: { 'content-type': 'application/json', 'x-api-key': 'sk-test-key', 'anthropic-version': '2023-06-01' },
+    body: JSON.stringify({ model: MODEL, max_tokens: 4, stream: true, messages: [{ role: 'user', content: 'Go.' }] }),
+  });
+  assert.equal(r.status, 200);
+  assert.match(r.headers.get('content-type'), /^text\/event-stream/);
+  const text = await r.text();
+  const events = [...text.matchAll(/^event: (\S+)$/gm)].map((m) => m[1]);
+  assert.deepEqual(events.slice(0, 3), ['message_start', 'content_block_start', 'ping']);
+  assert.equal(events.filter((e) => e === 'ping').length, 1);
+  assert.equal(events.at(-1), 'message_stop');
+  assert.ok(!text.includes('[DONE]'));
+  for (const frame of text.trim().split('\n\n')) {
+    const [ev, data] = frame.split('\n');
+    assert.equal(JSON.parse(data.slice(6)).type, ev.slice(7), 'data.type names the event');
+  }
 });
 
 test('a wrong API key is a 401 AuthenticationError in Anthropic shape', async () => {

@@ -51,6 +51,8 @@ const table = [
   ['empty body', CHAT, '', 400, 'invalid_json'],
   ['body is an array', CHAT, '[1,2,3]', 400, 'invalid_type'],
   ['body is a string', CHAT, '"hello"', 400, 'invalid_type'],
+  ['nesting 100000 deep', CHAT, '['.repeat(100000) + ']'.repeat(100000), 400, 'invalid_json'],
+  ['nesting 200 deep inside content', CHAT, `{"model":"${MODEL}","messages":[{"role":"user","content":${'['.repeat(200)}${']'.repeat(200)}}]}`, 400, 'invalid_json'],
   ['invalid UTF-8 in a string', CHAT, invalidUtf8, 400, 'invalid_json'],
   ['messages is a string', CHAT, { model: MODEL, messages: 'hi' }, 400, null],
   ['content is a number', CHAT, { model: MODEL, messages: [{ role: 'user', content: 42 }] }, 400, null],

@@ -5,7 +5,9 @@
 # peak memory. Then a short `wrk` run on /health for the raw HTTP layer.
 # Usage: scripts/bench_http.sh [seconds per level (20)] [max_tokens (32)] [extra `dsinfer serve` flags...]
 # Env: DSINFER_BIN (default build/release/src/cli/dsinfer), BENCH_LEVELS (default 1,16,256,1000),
-#      BENCH_PORT (default 18123), BENCH_MODEL (a model dir; default the embedded tiny model).
+#      BENCH_PORT (default 18123), BENCH_MODEL (a model dir; default the embedded tiny model),
+#      BENCH_GRACE (seconds requests still open at the end of a level may take, default 600),
+#      BENCH_PROMPT (the user message), BENCH_API (chat|completions|messages|responses, default chat).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -34,7 +36,9 @@ grep -q "ready" "$log" || { echo "bench_http.sh: server not ready" >&2; cat "$lo
 grep "listening on\|loaded in" "$log"
 
 "$bin" bench-http --url "http://127.0.0.1:$port" --concurrency "$levels" --duration "$duration" \
-  --max-tokens "$max_tokens" --json "${BENCH_JSON:-/tmp/dsinfer-bench-http.json}"
+  --max-tokens "$max_tokens" --grace "${BENCH_GRACE:-600}" --api "${BENCH_API:-chat}" \
+  --prompt "${BENCH_PROMPT:-Write a short story about a robot learning to paint.}" \
+  --json "${BENCH_JSON:-/tmp/dsinfer-bench-http.json}"
 echo "results also in ${BENCH_JSON:-/tmp/dsinfer-bench-http.json}"
 
 if command -v wrk >/dev/null; then

@@ -1,0 +1,337 @@
+// dsinfer bench-serve: the serving engine's DeepInfer-style curves on one checkpoint.
+//   prefill throughput per core against batch size,
+//   decode per-request speed and total throughput against concurrency,
+//   time to first token with and without a cached prefix over a multi-turn conversation,
+//   overlap scheduling on/off and speculation acceptance.
+// Writes a table to stdout, CSV files and (with gnuplot) PNG plots into --out.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#ifdef DSINFER_ENGINE_HAVE_V4
+#include "engine/deepseek_v4/v4_runner.h"
+#endif
+
+namespace dsinfer::cli {
+namespace {
+
+using engine::Engine;
+using engine::EngineOptions;
+using engine::RequestSpec;
+using engine::TokenEvent;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+struct Timing {
+  Clock::time_point submitted, first, last;
+  int64_t tokens = 0, cached = 0;
+  std::vector<int32_t> ids;
+  std::vector<std::pair<Clock::time_point, int64_t>> events;  // (when, tokens in the event)
+  bool done = false;
+  std::string error;
+};
+
+// Runs `specs` at once and returns per-request timings.
+std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& specs) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Timing> t(specs.size());
+  size_t done = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    t[i].submitted = Clock::now();
+    auto r = engine.submit(specs[i], [&, i](const TokenEvent& e) {
+      const auto now = Clock::now();
+      std::lock_guard<std::mutex> lock(mu);
+      Timing& x = t[i];
+      if (!e.tokens.empty() || e.finish != engine::FinishReason::kNone) {
+        if (x.tokens == 0) x.first = now;
+        x.last = now;
+      }
+      x.tokens += static_cast<int64_t>(e.tokens.size());
+      x.ids.insert(x.ids.end(), e.tokens.begin(), e.tokens.end());
+      x.events.push_back({now, static_cast<int64_t>(e.tokens.size())});
+      x.cached = e.cached_tokens;
+      if (e.finish != engine::FinishReason::kNone) {
+        x.done = true;
+        x.error = e.error;
+        ++done;
+        cv.notify_all();
+      }
+    });
+    DSINFER_CHECK(r.status == engine::SubmitStatus::kAccepted, "bench-serve: request refused: ", r.message);
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done == specs.size(); });
+  for (const Timing& x : t) DSINFER_CHECK(x.error.empty(), "bench-serve: request failed: ", x.error);
+  return t;
+}
+
+std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int32_t vocab) {
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = 2 + static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 2));
+  return v;
+}
+
+RequestSpec make_spec(std::vector<int32_t> prompt, int32_t max_tokens) {
+  RequestSpec s;
+  s.prompt_ids = std::move(prompt);
+  s.max_tokens = max_tokens;
+  s.sampling.temperature = 0;
+  s.ignore_eos = true;
+  return s;
+}
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> out;
+  for (int32_t x : parse_id_list(text)) out.push_back(x);
+  return out;
+}
+
+void plot(const std::string& dir, const std::string& name, const std::string& title, const std::string& xlabel,
+          const std::string& ylabel, const std::string& series, bool logx) {
+  const std::string script = dir + "/" + name + ".gp";
+  std::ofstream f(script);
+  f << "set terminal pngcairo size 800,500 noenhanced\nset output '" << dir << "/" << name << ".png'\n"
+    << "set title '" << title << "'\nset xlabel '" << xlabel << "'\nset ylabel '" << ylabel << "'\n"
+    << "set datafile separator ','\nset key top left\nset grid\n" << (logx ? "set logscale x 2\n" : "")
+    << "plot " << series << "\n";
+  f.close();
+  const std::string cmd = "gnuplot '" + script + "' 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) {
+    // pngcairo may be missing from gnuplot-nox: fall back to the plain png terminal.
+    std::string text;
+    {
+      std::ifstream in(script);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const auto at = text.find("pngcairo");
+    if (at != std::string::npos) text.replace(at, 8, "png");
+    std::ofstream(script) << text;
+    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "bench-serve: gnuplot failed for %s\n", name.c_str());
+  }
+}
+
+int run_bench_serve(int argc, char** argv) {
+  Args args("bench-serve",
+            "Serving-engine benchmarks on a checkpoint: prefill throughput per core vs batch size, decode speed "
+            "and throughput vs concurrency, TTFT with and without a cached prefix over a multi-turn trace, "
+            "overlap scheduling and speculation. Table on stdout, CSV + PNG in --out.");
+  args.option("model", "DIR", "checkpoint directory");
+  args.option("out", "DIR", "where CSV files and plots go", "bench-serve-out");
+  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
+  args.option("prefill-len", "N", "prompt length of the prefill runs", "512");
+  args.option("prefill-batches", "LIST", "batch sizes of the prefill curve", "1,2,4,8");
+  args.option("decode-prompt", "N", "prompt length of the decode runs", "64");
+  args.option("decode-tokens", "N", "tokens generated per request in the decode runs", "32");
+  args.option("concurrency", "LIST", "concurrencies of the decode curve", "1,4,16,64");
+  args.option("system-len", "N", "system prompt length of the multi-turn trace", "1024");
+  args.option("turn-len", "N", "new user tokens per turn", "64");
+  args.option("answer-len", "N", "answer tokens per turn", "32");
+  args.option("turns", "N", "turns of the trace", "4");
+  args.option("kv-budget-mib", "N", "engine KV budget", "8192");
+  args.flag("speculation", "also measure decode with MTP speculation (acceptance rate)");
+  args.flag("skip-prefill", "skip the prefill curve");
+  args.flag("skip-decode", "skip the decode curve");
+  args.flag("skip-ttft", "skip the multi-turn TTFT trace");
+  args.flag("skip-overlap", "skip the overlap on/off comparison");
+  if (!args.parse(argc, argv)) return args.exit_code();
+#ifndef DSINFER_ENGINE_HAVE_V4
+  std::fprintf(stderr, "bench-serve: this build has no DeepSeek-V4 model library\n");
+  return 1;
+#else
+  const std::string out_dir = args.get("out");
+  std::filesystem::create_directories(out_dir);
+  engine::V4RunnerOptions ro;
+  const int threads = static_cast<int>(args.get_int("threads"));
+  std::unique_ptr<core::ThreadPool> pool;
+  if (threads > 0) {
+    pool = std::make_unique<core::ThreadPool>(threads);
+    ro.model.pool = pool.get();
+  }
+  const int cores = threads > 0 ? threads : core::ThreadPool::global().size();
+  std::fprintf(stderr, "bench-serve: loading %s\n", args.get("model").c_str());
+  auto model = engine::open_model(args.get("model"), ro);
+  const int32_t vocab = model->info().vocab_size;
+  std::mt19937 rng(1234);
+  EngineOptions base;
+  base.kv_budget_bytes = args.get_int("kv-budget-mib") << 20;
+  base.max_running = 256;
+
+  std::printf("dsinfer bench-serve: %s, %d cores\n\n", args.get("model").c_str(), cores);
+
+  if (!args.has("skip-prefill")) {
+    const int64_t len = args.get_int("prefill-len");
+    std::ofstream csv(out_dir + "/prefill.csv");
+    csv << "batch,tokens,seconds,tokens_per_s,tokens_per_s_per_core\n";
+    std::printf("prefill (prompt %lld tokens, one forward per batch)\n%8s %10s %10s %14s %18s\n",
+                static_cast<long long>(len), "batch", "tokens", "seconds", "tok/s", "tok/s/core");
+    for (int64_t b : parse_list(args.get("prefill-batches"))) {
+      EngineOptions o = base;
+      o.prefix_cache = false;
+      o.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(2048, b * len));
+      auto engine = engine::make_engine(model, o);
+      std::vector<RequestSpec> specs;
+      for (int64_t i = 0; i < b; ++i) specs.push_back(make_spec(random_ids(rng, len, vocab), 1));
+      run_batch(*engine, {make_spec(random_ids(rng, 16, vocab), 1)});  // warm-up
+      const auto t0 = Clock::now();
+      auto t = run_batch(*engine, specs);
+      Clock::time_point end = t0;
+      for (const auto& x : t) end = std::max(end, x.last);
+      const double s = since(t0, end);
+      const double tps = static_cast<double>(b * len) / s;
+      std::printf("%8lld %10lld %10.3f %14.1f %18.2f\n", static_cast<long long>(b), static_cast<long long>(b * len), s,
+                  tps, tps / cores);
+      csv << b << "," << b * len << "," << s << "," << tps << "," << tps / cores << "\n";
+    }
+    std::printf("\n");
+    csv.close();
+    plot(out_dir, "prefill", "prefill throughput per core", "batch size (sequences)", "tokens/s/core",
+         "'" + out_dir + "/prefill.csv' every ::1 using 1:5 with linespoints title 'prefill'", true);
+  }
+
+  auto decode_run = [&](int64_t c, bool overlap, bool speculation, double* per_request, double* total,
+                        engine::EngineMetrics* metrics) {
+    EngineOptions o = base;
+    o.prefix_cache = false;
+    o.overlap_scheduling = overlap;
+    o.speculation = speculation;
+    o.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(2048, c * args.get_int("decode-prompt")));
+    auto engine = engine::make_engine(model, o);
+    const int32_t n = static_cast<int32_t>(args.get_int("decode-tokens"));
+    std::vector<RequestSpec> specs;
+    for (int64_t i = 0; i < c; ++i) specs.push_back(make_spec(random_ids(rng, args.get_int("decode-prompt"), vocab), n));
+    auto t = run_batch(*engine, specs);
+    // Decode phase: from the moment every request has its first token to the last token; total
+    // throughput counts the tokens delivered inside it, per-request speed each request's own rate.
+    Clock::time_point start = t[0].first, end = t[0].last;
+    for (const auto& x : t) {
+      start = std::max(start, x.first);
+      end = std::max(end, x.last);
+    }
+    double speed = 0;
+    int64_t inside = 0;
+    for (const auto& x : t) {
+      if (x.tokens > 1) speed += static_cast<double>(x.tokens - 1) / std::max(1e-9, since(x.first, x.last));
+      for (const auto& [when, n] : x.events) inside += when > start ? n : 0;
+    }
+    *per_request = speed / static_cast<double>(c);
+    *total = static_cast<double>(inside) / std::max(1e-9, since(start, end));
+    if (metrics) *metrics = engine->metrics();
+  };
+
+  if (!args.has("skip-decode")) {
+    std::ofstream csv(out_dir + "/decode.csv");
+    csv << "concurrency,per_request_tokens_per_s,total_tokens_per_s,speedup_vs_1\n";
+    std::printf("decode (prompt %lld, %lld tokens each)\n%12s %22s %18s %14s\n",
+                static_cast<long long>(args.get_int("decode-prompt")),
+                static_cast<long long>(args.get_int("decode-tokens")), "concurrency", "per-request tok/s",
+                "total tok/s", "vs 1 request");
+    double single = 0;
+    for (int64_t c : parse_list(args.get("concurrency"))) {
+      double per = 0, total = 0;
+      decode_run(c, true, false, &per, &total, nullptr);
+      if (single == 0) single = total;
+      std::printf("%12lld %22.2f %18.2f %13.2fx\n", static_cast<long long>(c), per, total, total / single);
+      csv << c << "," << per << "," << total << "," << total / single << "\n";
+    }
+    std::printf("\n");
+    csv.close();
+    plot(out_dir, "decode", "decode against concurrency", "concurrent requests", "tokens/s",
+         "'" + out_dir + "/decode.csv' every ::1 using 1:2 with linespoints title 'per request', '" + out_dir +
+             "/decode.csv' every ::1 using 1:3 with linespoints title 'total'",
+         true);
+  }
+
+  if (!args.has("skip-overlap")) {
+    std::printf("overlap scheduling (decode, concurrency 16)\n%10s %14s %24s\n", "overlap", "total tok/s",
+                "gap between steps (ms)");
+    std::ofstream csv(out_dir + "/overlap.csv");
+    csv << "overlap,total_tokens_per_s,gap_ms_per_step\n";
+    for (bool overlap : {false, true}) {
+      double per = 0, total = 0;
+      engine::EngineMetrics m;
+      decode_run(16, overlap, false, &per, &total, &m);
+      const double gap = 1000.0 * m.extra["schedule_gap_seconds_total"] / std::max<int64_t>(1, m.steps_total - 1);
+      std::printf("%10s %14.2f %24.3f\n", overlap ? "on" : "off", total, gap);
+      csv << overlap << "," << total << "," << gap << "\n";
+    }
+    std::printf("\n");
+  }
+
+  if (args.has("speculation")) {
+    std::printf("speculation (MTP, 1 draft per step)\n%12s %14s %18s %12s\n", "concurrency", "total tok/s",
+                "acceptance rate", "tokens/step");
+    std::ofstream csv(out_dir + "/speculation.csv");
+    csv << "concurrency,total_tokens_per_s,acceptance_rate,tokens_per_step\n";
+    for (int64_t c : {int64_t{1}, int64_t{16}}) {
+      double per = 0, total = 0;
+      engine::EngineMetrics m;
+      decode_run(c, true, true, &per, &total, &m);
+      const double rate = m.draft_tokens_total ? static_cast<double>(m.accepted_draft_tokens_total) /
+                                                     static_cast<double>(m.draft_tokens_total)
+                                               : 0.0;
+      const double per_step = static_cast<double>(m.generated_tokens_total) / static_cast<double>(m.steps_total);
+      std::printf("%12lld %14.2f %18.3f %12.2f\n", static_cast<long long>(c), total, rate, per_step);
+      csv << c << "," << total << "," << rate << "," << per_step << "\n";
+    }
+    std::printf("\n");
+  }
+
+  if (!args.has("skip-ttft")) {
+    const int64_t turns = args.get_int("turns");
+    const int32_t answer = static_cast<int32_t>(args.get_int("answer-len"));
+    std::ofstream csv(out_dir + "/ttft.csv");
+    csv << "turn,prompt_tokens,cached_tokens,ttft_cold_s,ttft_cached_s\n";
+    std::printf("multi-turn TTFT (system %lld, +%lld user tokens and %d answer tokens per turn)\n%6s %14s %14s %14s "
+                "%16s\n",
+                static_cast<long long>(args.get_int("system-len")), static_cast<long long>(args.get_int("turn-len")),
+                answer, "turn", "prompt tokens", "cached", "TTFT cold (s)", "TTFT cached (s)");
+    EngineOptions cached_opt = base, cold_opt = base;
+    cold_opt.prefix_cache = false;
+    auto cached_engine = engine::make_engine(model, cached_opt);
+    auto cold_engine = engine::make_engine(model, cold_opt);
+    std::vector<int32_t> conversation = random_ids(rng, args.get_int("system-len"), vocab);
+    for (int64_t turn = 1; turn <= turns; ++turn) {
+      auto user = random_ids(rng, args.get_int("turn-len"), vocab);
+      conversation.insert(conversation.end(), user.begin(), user.end());
+      RequestSpec s = make_spec(conversation, answer);
+      auto cold = run_batch(*cold_engine, {s});
+      auto warm = run_batch(*cached_engine, {s});
+      const double tc = since(cold[0].submitted, cold[0].first), tw = since(warm[0].submitted, warm[0].first);
+      std::printf("%6lld %14zu %14lld %14.3f %16.3f\n", static_cast<long long>(turn), conversation.size(),
+                  static_cast<long long>(warm[0].cached), tc, tw);
+      csv << turn << "," << conversation.size() << "," << warm[0].cached << "," << tc << "," << tw << "\n";
+      // The answer joins the conversation, as a chat client would send it back next turn.
+      const std::vector<int32_t>& answer_ids = warm[0].ids;
+      conversation.insert(conversation.end(), answer_ids.begin(), answer_ids.end());
+    }
+    csv.close();
+    std::printf("\n");
+    plot(out_dir, "ttft", "time to first token over a multi-turn conversation", "turn", "seconds",
+         "'" + out_dir + "/ttft.csv' every ::1 using 1:4 with linespoints title 'cold', '" + out_dir +
+             "/ttft.csv' every ::1 using 1:5 with linespoints title 'cached prefix'",
+         false);
+  }
+  std::printf("CSV and plots in %s\n", out_dir.c_str());
+  return 0;
+#endif
+}
+
+}  // namespace
+DSINFER_COMMAND("bench-serve", "serving benchmarks: prefill/decode curves, multi-turn TTFT, overlap, speculation",
+                run_bench_serve);
+}  // namespace dsinfer::cli

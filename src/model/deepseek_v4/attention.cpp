@@ -45,12 +45,39 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   const int64_t N = ctx.n_rows(), d = s.dim, H = s.heads, hd = s.head_dim, rd = s.rope_dim, W = s.window;
   const int64_t pairs = rd / 2;
 
-  // ---- queries and the token's own KV ----
+  // ---- every product of the attention input in one parallel region ----
+  // FP8/FP4-weight products take the (reference numerics: FP8-quantised) input; the BF16 ones
+  // (compressor wkv/wgate evaluated in fp32, indexer weights_proj) take it as it is.
   const float* a_in = product_input(num, a, N * d, ws, kWsQuant);
   float* qr = ws.f(kWsQr, N * s.q_lora);
-  w.wq_a.forward(a_in, N, d, qr, s.q_lora, ctx.pool);
   float* kv = ws.f(kWsKv, N * hd);
-  w.wkv.forward(a_in, N, d, kv, hd, ctx.pool);
+  std::vector<kernels::LinearCall> calls;
+  calls.push_back({&w.wq_a.linear(), a_in, N, d, qr, s.q_lora});
+  calls.push_back({&w.wkv.linear(), a_in, N, d, kv, hd});
+  float *u = nullptr, *sc = nullptr;
+  IndexerInputs ix;
+  if (ls.compressed()) {
+    const int64_t cw = w.compressor->wkv.rows();
+    u = ws.f(kWsU, N * cw);
+    sc = ws.f(kWsS, N * cw);
+    calls.push_back({&w.compressor->wkv.linear(), a, N, d, u, cw});
+    calls.push_back({&w.compressor->wgate.linear(), a, N, d, sc, cw});
+  }
+  if (ls.csa()) {
+    const IndexerWeights& iw = *w.indexer;
+    const int64_t icw = iw.compressor.wkv.rows();
+    float* iu = ws.f(kWsIdxU, N * icw);
+    float* is = ws.f(kWsIdxS, N * icw);
+    ix.u = iu;
+    ix.sc = is;
+    ix.wts = ws.f(kWsIdxW, N * s.index_heads);
+    ix.qi = ws.f(kWsIdxQ, N * s.index_heads * s.index_dim);
+    calls.push_back({&iw.compressor.wkv.linear(), a, N, d, iu, icw});
+    calls.push_back({&iw.compressor.wgate.linear(), a, N, d, is, icw});
+    calls.push_back({&iw.weights_proj.linear(), a, N, d, ix.wts, s.index_heads});
+  }
+  kernels::linear_forward_many(calls, ctx.pool);
+
   ctx.pool->parallel_for(N, 8, [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
       float* x = qr + row * s.q_lora;
@@ -68,9 +95,13 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
       s.kv.encode(k, ctx.layer_state(ri.seq, ls).window.row(ri.pos));
     }
   });
+  // ---- the products of the query latent: attention queries and indexer queries ----
   float* q = ws.f(kWsQ, N * H * hd);
   const float* qr_in = product_input(num, qr, N * s.q_lora, ws, kWsQuant2);
-  w.wq_b.forward(qr_in, N, s.q_lora, q, H * hd, ctx.pool);
+  calls.clear();
+  calls.push_back({&w.wq_b.linear(), qr_in, N, s.q_lora, q, H * hd});
+  if (ls.csa()) calls.push_back({&w.indexer->wq_b.linear(), qr_in, N, s.q_lora, ix.qi, s.index_heads * s.index_dim});
+  kernels::linear_forward_many(calls, ctx.pool);
   ctx.pool->parallel_for(N, 4, [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
       float* x = q + row * H * hd;
@@ -89,11 +120,11 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   int32_t* sel = nullptr;
   int32_t* sel_count = nullptr;
   if (ls.compressed()) {
-    compressor_forward(*w.compressor, ls, false, ctx, a);
+    compressor_forward(*w.compressor, ls, false, ctx, u, sc);
     if (ls.csa()) {
       sel = ws.i(kWsiSel, N * s.index_topk);
       sel_count = ws.i(kWsiSelCount, N);
-      indexer_forward(*w.indexer, ls, ctx, a, qr, sel, sel_count);
+      indexer_forward(*w.indexer, ls, ctx, ix, sel, sel_count);
     }
   }
 

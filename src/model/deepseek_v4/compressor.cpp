@@ -18,14 +18,10 @@ struct EntryTask {
 }  // namespace
 
 void compressor_forward(const CompressorWeights& w, const LayerShape& ls, bool indexer, StepContext& ctx,
-                        const float* a) {
+                        const float* u, const float* sc) {
   const ModelShape& s = *ctx.shape;
-  const int64_t N = ctx.n_rows(), d = s.dim, r = w.ratio, D = w.width;
+  const int64_t r = w.ratio, D = w.width;
   const int64_t cw = (w.overlap ? 2 : 1) * D;
-  float* u = ctx.ws->f(kWsU, N * cw);
-  float* sc = ctx.ws->f(kWsS, N * cw);
-  w.wkv.forward(a, N, d, u, cw, ctx.pool);
-  w.wgate.forward(a, N, d, sc, cw, ctx.pool);
 
   std::vector<EntryTask> tasks;
   for (int32_t i = 0; i < static_cast<int32_t>(ctx.seqs.size()); ++i) {

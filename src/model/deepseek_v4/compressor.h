@@ -10,9 +10,10 @@
 
 namespace dsinfer::model::deepseek_v4 {
 
-// a: [N][d] (the attention input of every row). Writes the rows' pooling inputs into the tails and
-// every entry whose group ends inside the step (unless it already exists: bounded replay).
+// u = wkv · a, s = wgate · a: [N][c·D] for every row (the caller batches these products with the
+// layer's others). Writes the rows' pooling inputs into the tails and every entry whose group ends
+// inside the step (unless it already exists: bounded replay).
 void compressor_forward(const CompressorWeights& w, const LayerShape& ls, bool indexer, StepContext& ctx,
-                        const float* a);
+                        const float* u, const float* sc);
 
 }  // namespace dsinfer::model::deepseek_v4

@@ -16,7 +16,7 @@ constexpr int64_t kKeyTile = 256;                // keys decoded at once by one 
 constexpr int64_t kMaxScoreFloats = 8 << 20;     // score buffer bound per round of rows
 }  // namespace
 
-void indexer_forward(const IndexerWeights& w, const LayerShape& ls, StepContext& ctx, const float* a, const float* qr,
+void indexer_forward(const IndexerWeights& w, const LayerShape& ls, StepContext& ctx, const IndexerInputs& in,
                      int32_t* sel, int32_t* count) {
   const ModelShape& s = *ctx.shape;
   const Numerics& num = s.numerics;
@@ -24,19 +24,10 @@ void indexer_forward(const IndexerWeights& w, const LayerShape& ls, StepContext&
   const int64_t r = ls.ratio;
 
   // Keys of entries finished in this step first: a query sees the entry its own token completes.
-  compressor_forward(w.compressor, ls, true, ctx, a);
+  compressor_forward(w.compressor, ls, true, ctx, in.u, in.sc);
 
-  float* qi = ctx.ws->f(kWsIdxQ, N * H * Di);
-  const float* qr_in = qr;
-  if (num.reference()) {
-    float* qq = ctx.ws->f(kWsQuant2, N * s.q_lora);
-    std::copy(qr, qr + N * s.q_lora, qq);
-    num.act_quant(qq, N * s.q_lora);
-    qr_in = qq;
-  }
-  w.wq_b.forward(qr_in, N, s.q_lora, qi, H * Di, ctx.pool);
-  float* wts = ctx.ws->f(kWsIdxW, N * H);
-  w.weights_proj.forward(a, N, s.dim, wts, H, ctx.pool);
+  float* qi = in.qi;
+  float* wts = in.wts;
   const float head_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Di)) / std::sqrt(static_cast<double>(H)));
   ctx.pool->parallel_for(N, 4, [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {

@@ -10,9 +10,17 @@
 
 namespace dsinfer::model::deepseek_v4 {
 
-// a: [N][d] attention input, qr: [N][q_lora] query latent. For each row: sel[row·topk ...] holds
-// count[row] selected entry indices in ascending order.
-void indexer_forward(const IndexerWeights& w, const LayerShape& ls, StepContext& ctx, const float* a, const float* qr,
+// The products of the attention input a and the query latent qr, computed by the caller with the
+// layer's others: qi = wq_b · qr [N][Hi·Di] (modified in place), wts = weights_proj · a [N][Hi]
+// (modified in place), u / sc = the indexer compressor's wkv / wgate · a. For each row:
+// sel[row·topk ...] receives count[row] selected entry indices in ascending order.
+struct IndexerInputs {
+  float* qi = nullptr;
+  float* wts = nullptr;
+  const float* u = nullptr;
+  const float* sc = nullptr;
+};
+void indexer_forward(const IndexerWeights& w, const LayerShape& ls, StepContext& ctx, const IndexerInputs& in,
                      int32_t* sel, int32_t* count);
 
 }  // namespace dsinfer::model::deepseek_v4

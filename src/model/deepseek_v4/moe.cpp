@@ -8,26 +8,6 @@
 #include "kernels/cpu/topk.h"
 
 namespace dsinfer::model::deepseek_v4 {
-namespace {
-
-// One expert applied to `n` gathered rows: h = SwiGLU(w1·x, w3·x) · route weight, out = w2 · h.
-void run_expert(const ExpertWeights& e, const Numerics& num, int64_t d, int64_t inter, float limit, const float* x,
-                int64_t n, const float* route, float* g, float* u, float* h, float* out, core::ThreadPool* pool) {
-  e.w1.forward(x, n, d, g, inter, pool);
-  e.w3.forward(x, n, d, u, inter, pool);
-  num.bf16(g, n * inter);
-  num.bf16(u, n * inter);
-  for (int64_t r = 0; r < n; ++r) {
-    kernels::swiglu(g + r * inter, u + r * inter, inter, limit, route ? route[r] : 1.0f, h + r * inter);
-  }
-  num.bf16(h, n * inter);
-  num.act_quant(h, n * inter);
-  e.w2.forward(h, n, inter, out, d, pool);
-  num.bf16(out, n * d);
-}
-
-}  // namespace
-
 float sqrt_softplus(float x) { return std::sqrt(std::max(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)))); }
 
 void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, const float* x, float* y) {
@@ -71,11 +51,8 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
     std::vector<int32_t> fill(start, start + E);
     for (int64_t i = 0; i < N * K; ++i) pairs[fill[chosen[i]]++] = static_cast<int32_t>(i);
   }
-  std::vector<int32_t> active;
-  for (int64_t e = 0; e < E; ++e)
-    if (start[e + 1] > start[e]) active.push_back(static_cast<int32_t>(e));
-
-  float* slot_out = ws.f(kWsExpertOut, N * K * d);
+  // ---- gather each expert's rows (pairs are grouped by expert) ----
+  const int64_t P = N * K, Is = s.shared_inter;
   const float* x_in = x;
   if (num.reference()) {
     float* xq = ws.f(kWsQuant, N * d);
@@ -83,55 +60,80 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
     num.act_quant(xq, N * d);
     x_in = xq;
   }
-  // Few rows per expert (decode): each product uses the whole pool. Many: experts run side by side.
-  const bool per_expert_threads = active.size() >= 2 && N * K >= 4 * static_cast<int64_t>(active.size());
-  auto expert_task = [&](int64_t ai, int thread, core::ThreadPool* inner) {
-    const int32_t e = active[ai];
-    const int64_t n = start[e + 1] - start[e];
-    float* xin = ws.tf(thread, 0, n * d);
-    float* rw = ws.tf(thread, 1, n);
-    for (int64_t j = 0; j < n; ++j) {
-      const int32_t pair = pairs[start[e] + j];
-      std::copy(x_in + (pair / K) * d, x_in + (pair / K + 1) * d, xin + j * d);
-      rw[j] = route[pair];
+  float* xg = ws.f(kWsExpertIn, P * d);
+  float* pair_weight = ws.f(kWsShared, P);  // route weight per grouped pair
+  ctx.pool->parallel_for(P, 16, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      const int32_t pair = pairs[j];
+      std::copy(x_in + (pair / K) * d, x_in + (pair / K + 1) * d, xg + j * d);
     }
-    float* g = ws.tf(thread, 2, n * I);
-    float* u = ws.tf(thread, 3, n * I);
-    float* h = ws.tf(thread, 4, n * I);
-    float* o = ws.tf(thread, 5, n * d);
-    run_expert(w.experts[e], num, d, I, s.swiglu_limit, xin, n, rw, g, u, h, o, inner);
-    for (int64_t j = 0; j < n; ++j) {
-      const int32_t pair = pairs[start[e] + j];
-      std::copy(o + j * d, o + (j + 1) * d, slot_out + static_cast<int64_t>(pair) * d);
-    }
-  };
-  if (per_expert_threads) {
-    ctx.pool->run(static_cast<int64_t>(active.size()), [&](int64_t ai, int thread) { expert_task(ai, thread, nullptr); });
-  } else {
-    for (int64_t ai = 0; ai < static_cast<int64_t>(active.size()); ++ai) expert_task(ai, 0, ctx.pool);
-  }
+  });
+  for (int64_t j = 0; j < P; ++j) pair_weight[j] = route[pairs[j]];
 
-  // ---- shared expert on all rows, then the sum in a fixed order per row ----
-  const int64_t Is = s.shared_inter;
-  float* sg = ws.f(kWsExpertG, N * Is);
-  float* su = ws.f(kWsExpertU, N * Is);
-  float* sh = ws.f(kWsExpertH, N * Is);
-  float* so = ws.f(kWsShared, N * d);
-  run_expert(w.shared, num, d, Is, s.swiglu_limit, x_in, N, nullptr, sg, su, sh, so, ctx.pool);
+  // ---- w1 / w3 of every active expert and of the shared expert in one parallel region ----
+  float* g = ws.f(kWsExpertG, (P + N) * std::max(I, Is));
+  float* u = ws.f(kWsExpertU, (P + N) * std::max(I, Is));
+  float* h = ws.f(kWsExpertH, (P + N) * std::max(I, Is));
+  float* sg = g + P * I;  // shared expert rows after the routed ones
+  float* su = u + P * I;
+  float* sh = h + P * I;
+  std::vector<kernels::LinearCall> calls;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = start[e + 1] - start[e];
+    if (n == 0) continue;
+    calls.push_back({&w.experts[e].w1.linear(), xg + start[e] * d, n, d, g + start[e] * I, I});
+    calls.push_back({&w.experts[e].w3.linear(), xg + start[e] * d, n, d, u + start[e] * I, I});
+  }
+  calls.push_back({&w.shared.w1.linear(), x_in, N, d, sg, Is});
+  calls.push_back({&w.shared.w3.linear(), x_in, N, d, su, Is});
+  kernels::linear_forward_many(calls, ctx.pool);
+
+  // ---- clamped SwiGLU, route weight applied before the down projection ----
+  ctx.pool->parallel_for(P + N, 8, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      const bool shared = j >= P;
+      const int64_t width = shared ? Is : I;
+      float* gj = shared ? sg + (j - P) * Is : g + j * I;
+      float* uj = shared ? su + (j - P) * Is : u + j * I;
+      float* hj = shared ? sh + (j - P) * Is : h + j * I;
+      num.bf16(gj, width);
+      num.bf16(uj, width);
+      kernels::swiglu(gj, uj, width, s.swiglu_limit, shared ? 1.0f : pair_weight[j], hj);
+      num.bf16(hj, width);
+      num.act_quant(hj, width);
+    }
+  });
+
+  // ---- w2 of every active expert and of the shared expert ----
+  float* og = ws.f(kWsExpertOut, (P + N) * d);
+  float* so = og + P * d;
+  calls.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = start[e + 1] - start[e];
+    if (n == 0) continue;
+    calls.push_back({&w.experts[e].w2.linear(), h + start[e] * I, n, I, og + start[e] * d, d});
+  }
+  calls.push_back({&w.shared.w2.linear(), sh, N, Is, so, d});
+  kernels::linear_forward_many(calls, ctx.pool);
+
+  // ---- per row: routed outputs in ascending expert id (ties by slot), then the shared expert ----
+  int32_t* grouped_of = ws.i(kWsiSlotOf, P);  // pair → its position in the grouped order
+  for (int64_t j = 0; j < P; ++j) grouped_of[pairs[j]] = static_cast<int32_t>(j);
   ctx.pool->parallel_for(N, 4, [&](int64_t b, int64_t e) {
     int32_t order[64];
     for (int64_t row = b; row < e; ++row) {
-      // Routed outputs in ascending expert id (ties by slot), then the shared expert.
       std::iota(order, order + K, 0);
       const int32_t* ch = chosen + row * K;
       std::sort(order, order + K, [&](int32_t p, int32_t q) { return ch[p] < ch[q] || (ch[p] == ch[q] && p < q); });
       float* yr = y + row * d;
       std::fill(yr, yr + d, 0.0f);
       for (int64_t k = 0; k < K; ++k) {
-        const float* src = slot_out + (row * K + order[k]) * d;
+        float* src = og + static_cast<int64_t>(grouped_of[row * K + order[k]]) * d;
+        num.bf16(src, d);
         for (int64_t c = 0; c < d; ++c) yr[c] += src[c];
       }
-      const float* sr = so + row * d;
+      float* sr = so + row * d;
+      num.bf16(sr, d);
       for (int64_t c = 0; c < d; ++c) yr[c] += sr[c];
       num.bf16(yr, d);
     }

@@ -8,7 +8,7 @@
 * the prompt exercises what the golden tests rely on: window wrap, CSA top-k really pruning, several
   HCA entries, hash and score routing;
 * the KV / indexer QDQ switch is effective, and compressed KV nope dims lie on the FP8 grid;
-* float32 and float64 agree (median relative error <= 1e-4, argmax >= 99 %).
+* float32 and float64 agree with the QDQ off (median rel <= 1e-5, max <= 1e-4, argmax >= 99 %).
 Exits non-zero on the first failed check.
 """
 import argparse
@@ -110,11 +110,12 @@ def main():
         m_off = DeepseekV4Reference(args.model, kv_qdq=False)
         off, _ = m_off.forward(ids)
         check(max_rel(off, logits) > 1e-4, f"--no-kv-qdq changes the logits (max rel {max_rel(off, logits):.1e})")
-        m32 = DeepseekV4Reference(args.model, dtype=torch.float32)
-        l32, _ = m32.forward(ids)
-    s = compare(l32.numpy(), logits.numpy())
-    check(s["median_rel"] <= 1e-4 and s["argmax_agree"] >= 0.99,
-          f"float32 vs float64: median rel {s['median_rel']:.2e}, argmax {100 * s['argmax_agree']:.1f}%")
+        # With the QDQ on, float32 vs float64 is chaotic (NOTES.md, "QDQ and chaos"): compare without it.
+        l32, _ = DeepseekV4Reference(args.model, dtype=torch.float32, kv_qdq=False).forward(ids)
+    s = compare(l32.numpy(), off.numpy())
+    check(s["median_rel"] <= 1e-5 and s["max_rel"] <= 1e-4 and s["argmax_agree"] >= 0.99,
+          f"float32 vs float64 (QDQ off): median rel {s['median_rel']:.2e}, max {s['max_rel']:.2e}, "
+          f"argmax {100 * s['argmax_agree']:.1f}%")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -586,13 +586,14 @@ void EngineCore::apply(StepPlan& p) {
       finish(r, FinishReason::kCancelled);
       continue;
     }
-    publish(r);
-    take_snapshot(r);
+    // Accepted drafts join the tokens first: the blocks they complete are published with them.
     if (e.samples) {
       for (int32_t t : e.result) {
         if (!push_token(r, t)) break;
       }
     }
+    publish(r);
+    take_snapshot(r);
     recharge(r);
     if (r.finish != FinishReason::kNone) {
       finish(r, r.finish);
@@ -607,7 +608,8 @@ void EngineCore::apply(StepPlan& p) {
 void EngineCore::publish(Request& r) {
   if (!cache_ || r.publish_stopped || !r.seq) return;
   const int64_t B = info_.block_tokens;
-  const int64_t complete = r.fed / B;
+  // A stop token fed as an accepted draft is not part of the sequence: publish only what is.
+  const int64_t complete = std::min<int64_t>(r.fed, static_cast<int64_t>(r.tokens.size())) / B;
   while (static_cast<int64_t>(r.chain.size()) < complete) {
     const int64_t b = static_cast<int64_t>(r.chain.size());
     const uint64_t parent = b == 0 ? cache_->root() : r.chain.back();

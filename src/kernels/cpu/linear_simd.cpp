@@ -26,6 +26,14 @@
 #include "core/dtypes.h"
 #include "kernels/cpu/linear_packed.h"
 
+#if HWY_TARGET == HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL && HWY_COMPILER_GCC_ACTUAL < 1300
+// GCC 12's SLP vectorizer turns the HWY_SCALAR stream kernels' loads of x into vector loads that reach
+// one row of x past the end (seen as a rare SIGSEGV at the end of a heap mapping); the same GCC bug
+// family is why Highway disables EMU128 below GCC 12.3. This target exists only as a fallback.
+#pragma GCC push_options
+#pragma GCC optimize("no-tree-vectorize")
+#define DSINFER_LINEAR_NO_VECTORIZE 1
+#endif
 HWY_BEFORE_NAMESPACE();
 namespace dsinfer::kernels::detail {
 namespace HWY_NAMESPACE {
@@ -836,6 +844,10 @@ int64_t StreamMaxRows() { return kStreamMaxRows; }
 }  // namespace HWY_NAMESPACE
 }  // namespace dsinfer::kernels::detail
 HWY_AFTER_NAMESPACE();
+#ifdef DSINFER_LINEAR_NO_VECTORIZE
+#pragma GCC pop_options
+#undef DSINFER_LINEAR_NO_VECTORIZE
+#endif
 
 #if HWY_ONCE
 #if HWY_ARCH_X86

@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang
   libhwy-dev nlohmann-json3-dev libboost-dev libpcre2-dev libxxhash-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-torch python3-numpy
+  python3-torch python3-numpy libopenblas0-pthread
   nodejs npm gnuplot-nox wrk
 )
 

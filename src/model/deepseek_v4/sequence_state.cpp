@@ -15,10 +15,13 @@ class Writer {
   explicit Writer(std::vector<uint8_t>& out) : out_(out) {}
   template <typename T>
   void pod(const T& v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    out_.insert(out_.end(), p, p + sizeof(T));
+    raw(reinterpret_cast<const uint8_t*>(&v), sizeof(T));
   }
-  void raw(const uint8_t* p, size_t n) { out_.insert(out_.end(), p, p + n); }
+  void raw(const uint8_t* p, size_t n) {
+    const size_t at = out_.size();
+    out_.resize(at + n);
+    if (n > 0) std::memcpy(out_.data() + at, p, n);
+  }
   void str(const std::string& s) {
     pod<uint64_t>(s.size());
     raw(reinterpret_cast<const uint8_t*>(s.data()), s.size());
@@ -155,9 +158,11 @@ void SequenceState::end_step(int64_t n) {
 void SequenceState::begin_mtp_step(int64_t n) {
   DSINFER_CHECK(!needs_window_, "sequence has no window state yet (attached prefix without restore/replay)");
   DSINFER_CHECK(shape_->has_mtp, "this model has no MTP block");
-  mtp_rollback_floor_ = mtp_length_;
+  // MTP row p used the token at p + 1: rows whose token may still be rolled back (p + 1 >= the main
+  // model's rollback floor), and every row since (chained drafts), stay revocable.
+  mtp_rollback_floor_ = std::max(mtp_rollback_floor_, std::min(mtp_length_, rollback_floor_ - 1));
   PositionRing& w = layers_.back().window;
-  w.drop_before(std::max(mtp_floor_, mtp_length_ - shape_->window + 1));
+  w.drop_before(std::max(mtp_floor_, mtp_rollback_floor_ - shape_->window + 1));
   w.shrink_for(n);
   w.extend(mtp_length_ + n);
 }

@@ -9,6 +9,9 @@
 // Rollback: truncate(n) accepts any n in [rollback_floor(), length()], where rollback_floor() is the
 // length before the last forward call. It drops the compressed entries made by later positions and
 // restores the compressor tails and windows exactly (bitwise as if the dropped positions never ran).
+// MTP rows: truncate_mtp(n) accepts n >= mtp_rollback_floor(), which never passes a row whose token
+// (position p + 1) could still be rolled back, nor rows of MTP calls since: several chained draft calls
+// can be undone at once. truncate(n) drops the MTP rows that used a dropped token (keeps <= n − 1).
 //
 // Prefix caching: full blocks are immutable and shareable (blocks()). A fresh state can be started on
 // cached blocks (attach_prefix) and then either resume exactly from a snapshot() taken at that length

@@ -236,6 +236,38 @@ TEST_F(V4Forward, MtpChunkingAndRollbackAreBitwise) {
     b += n;
   }
   EXPECT_EQ(first_difference(ref, got), -1);
+
+  // Chained drafts: three MTP calls of one row each (the block's own output streams as the next
+  // input), all undone at once, leave the MTP rows as they were.
+  auto st3 = model_->new_sequence();
+  in.state = st3.get();
+  model_->forward({&in, 1}, out);
+  mtp(*st3, 0, 50, LogitRows::kNone);
+  const int64_t base = st3->mtp_length();
+  auto chain = [&] {
+    std::vector<float> h(hidden.begin() + 50 * hd, hidden.begin() + 51 * hd);
+    std::vector<float> logits;
+    for (int step = 0; step < 3; ++step) {
+      MtpInput mi;
+      mi.state = st3.get();
+      mi.hidden = h;
+      const int32_t tok = tokens[51 + step];
+      mi.tokens = std::span<const int32_t>(&tok, 1);
+      mi.logits = LogitRows::kLast;
+      mi.want_hidden = true;
+      std::vector<SequenceOutput> o(1);
+      model_->mtp_forward({&mi, 1}, o);
+      h = o[0].hidden;
+      logits.insert(logits.end(), o[0].logits.begin(), o[0].logits.end());
+    }
+    return logits;
+  };
+  const auto first_chain = chain();
+  st3->truncate_mtp(base);
+  EXPECT_EQ(first_difference(first_chain, chain()), -1);
+  st3->truncate_mtp(base);
+  const auto after = mtp(*st3, 50, T - 51, LogitRows::kAll);
+  EXPECT_EQ(first_difference(std::vector<float>(ref.begin() + 50 * 512, ref.end()), after), -1);
 }
 
 TEST_F(V4Forward, BadInputsAreRejectedWithoutChangingState) {

@@ -195,3 +195,20 @@ test('a bad request is a 400 BadRequestError with the recipe message', async () 
     client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], temperature: 7 }),
     (e) => e.status === 400 && /temperature/.test(e.message));
 });
+
+test('a repeated long prompt reports prefix-cache hits in usage and /metrics', async () => {
+  const req = {
+    model: MODEL, max_tokens: 2, thinking: { type: 'disabled' },
+    messages: [{ role: 'system', content: 'You are a helpful assistant. '.repeat(60) }, { role: 'user', content: 'hi' }],
+  };
+  const first = await client.chat.completions.create(req);
+  const second = await client.chat.completions.create(req);
+  assert.ok(first.usage.prompt_tokens > 256, `prompt ${first.usage.prompt_tokens}`);
+  assert.equal(second.usage.prompt_tokens, first.usage.prompt_tokens);
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens > 0, 'the second request hits the prefix cache');
+  assert.equal(second.usage.prompt_cache_hit_tokens, second.usage.prompt_tokens_details.cached_tokens);
+  const r = await fetch(`${server.url}/metrics`);
+  const text = await r.text();
+  const hits = [...text.matchAll(/^dsinfer_prompt_cache_hit_tokens_total\{route="\/v1\/chat\/completions"\} (\d+)/gm)];
+  assert.ok(hits.length === 1 && Number(hits[0][1]) >= second.usage.prompt_cache_hit_tokens);
+});

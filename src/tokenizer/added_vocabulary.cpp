@@ -1,6 +1,7 @@
 #include "tokenizer/added_vocabulary.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "tokenizer/regex.h"
 #include "tokenizer/utf8.h"
@@ -44,6 +45,7 @@ const AddedToken* AddedVocabulary::find(std::string_view content) const {
 
 void AddedVocabulary::Trie::insert(std::string_view key, int32_t token) {
   if (key.empty()) return;  // an empty token can never be matched
+  if (!first_byte[static_cast<unsigned char>(key[0])]) first_bytes.push_back(static_cast<unsigned char>(key[0]));
   first_byte[static_cast<unsigned char>(key[0])] = true;
   int32_t node = 0;
   for (const unsigned char b : key) {
@@ -88,8 +90,27 @@ void AddedVocabulary::build() {
 void AddedVocabulary::split_with(const Trie& trie, std::string_view text, size_t base, std::vector<Segment>& out) const {
   size_t start_offset = 0;  // end of the last emitted piece
   size_t pos = 0;
+  // With few distinct first bytes (the usual case: '<' and the lead byte of '｜'), jump between their
+  // occurrences with memchr instead of testing every byte.
+  const bool few = !trie.first_bytes.empty() && trie.first_bytes.size() <= 4;
+  size_t next_of[4] = {0, 0, 0, 0};
+  auto next_candidate = [&](size_t from) {
+    size_t best = text.size();
+    for (size_t k = 0; k < trie.first_bytes.size(); ++k) {
+      if (next_of[k] < from || from == 0) {
+        const void* hit = std::memchr(text.data() + from, trie.first_bytes[k], text.size() - from);
+        next_of[k] = hit ? static_cast<size_t>(static_cast<const char*>(hit) - text.data()) : text.size();
+      }
+      best = std::min(best, next_of[k]);
+    }
+    return best;
+  };
+  if (trie.first_bytes.empty()) pos = text.size();
   while (pos < text.size()) {
-    if (!trie.first_byte[static_cast<unsigned char>(text[pos])]) {
+    if (few) {
+      pos = next_candidate(pos);
+      if (pos >= text.size()) break;
+    } else if (!trie.first_byte[static_cast<unsigned char>(text[pos])]) {
       ++pos;
       continue;
     }

@@ -52,6 +52,7 @@ class AddedVocabulary {
   struct Trie {
     std::vector<Node> nodes{Node{}};
     bool first_byte[256] = {};
+    std::vector<unsigned char> first_bytes;  // the bytes set in first_byte
     // The longest token starting at text[pos], or -1.
     int32_t longest_at(std::string_view text, size_t pos, size_t& length) const;
     void insert(std::string_view key, int32_t token);

@@ -24,15 +24,11 @@ std::atomic<uint64_t> next_instance{1};
 // costs little and keeps memory bounded).
 class WordCache {
  public:
-  static constexpr size_t kSlots = size_t{1} << 17;
+  static constexpr size_t kSlots = size_t{1} << 15;
   static constexpr size_t kMaxEntries = kSlots / 2;
-  static constexpr size_t kMaxKeyBytes = size_t{8} << 20;
+  static constexpr size_t kMaxKeyBytes = size_t{4} << 20;
 
-  uint64_t owner = 0;
-  uint64_t last_use = 0;
-
-  void reset(uint64_t new_owner) {
-    owner = new_owner;
+  void reset() {
     slots_.assign(kSlots, Slot{});
     keys_.clear();
     ids_.clear();
@@ -52,7 +48,7 @@ class WordCache {
   }
 
   void insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t n) {
-    if (count_ >= kMaxEntries || keys_.size() + word.size() > kMaxKeyBytes) reset(owner);
+    if (count_ >= kMaxEntries || keys_.size() + word.size() > kMaxKeyBytes) reset();
     size_t i = hash & (kSlots - 1);
     while (slots_[i].key_len != 0) i = (i + 1) & (kSlots - 1);
     slots_[i] = Slot{hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
@@ -76,25 +72,103 @@ class WordCache {
   size_t count_ = 0;
 };
 
-// Two caches per thread, so alternating between two tokenizers (V4 and V4.1) does not thrash.
-WordCache& cache_for(uint64_t owner) {
-  thread_local WordCache caches[2];
+// Words of up to 24 bytes with up to 9 ids (nearly all words of prose and code) live in one 64-byte
+// line each, found with a single cache miss; 4-way set associative, a full set overwrites a line.
+class ShortWordCache {
+ public:
+  static constexpr size_t kMaxBytes = 24;
+  static constexpr size_t kMaxIds = 9;
+  static constexpr size_t kLines = size_t{1} << 15;  // 2 MiB
+
+  void reset() { lines_.assign(kLines, Line{}); }
+
+  struct Key {
+    uint64_t w[3] = {0, 0, 0};
+    uint64_t hash = 0;
+    uint8_t len = 0;
+  };
+  static Key key_of(std::string_view word) {
+    Key k;
+    std::memcpy(k.w, word.data(), word.size());
+    k.len = static_cast<uint8_t>(word.size());
+    uint64_t h = (k.w[0] * 0x9E3779B97F4A7C15ull) ^ (k.w[1] * 0xC2B2AE3D27D4EB4Full) ^
+                 (k.w[2] * 0x165667B19E3779F9ull) ^ (uint64_t{k.len} * 0x27D4EB2F165667C5ull);
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    k.hash = h ^ (h >> 32);
+    return k;
+  }
+
+  bool lookup(const Key& k, std::vector<int32_t>& out) const {
+    const Line* set = &lines_[(k.hash & (kLines - 1)) & ~size_t{3}];
+    for (int way = 0; way < 4; ++way) {
+      const Line& l = set[way];
+      if (l.len == k.len && l.w[0] == k.w[0] && l.w[1] == k.w[1] && l.w[2] == k.w[2]) {
+        out.insert(out.end(), l.ids, l.ids + l.n);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void insert(const Key& k, const int32_t* ids, size_t n) {
+    Line* set = &lines_[(k.hash & (kLines - 1)) & ~size_t{3}];
+    Line* target = &set[(k.hash >> 40) & 3];
+    for (int way = 0; way < 4; ++way)
+      if (set[way].len == 0) {
+        target = &set[way];
+        break;
+      }
+    std::memcpy(target->w, k.w, sizeof k.w);
+    target->len = k.len;
+    target->n = static_cast<uint8_t>(n);
+    std::memcpy(target->ids, ids, n * sizeof(int32_t));
+  }
+
+ private:
+  struct alignas(64) Line {
+    uint64_t w[3] = {0, 0, 0};
+    uint8_t len = 0;  // 0 = empty (cached words have at least 2 bytes)
+    uint8_t n = 0;
+    int32_t ids[kMaxIds] = {};
+  };
+  static_assert(sizeof(Line) == 64);
+  std::vector<Line> lines_;
+};
+
+}  // namespace
+
+struct Bpe::Caches {
+  uint64_t owner = 0;
+  uint64_t last_use = 0;
+  ShortWordCache short_words;
+  WordCache long_words;
+
+  void reset(uint64_t new_owner) {
+    owner = new_owner;
+    short_words.reset();
+    long_words.reset();
+  }
+};
+
+// Two sets of caches per thread, so alternating between two tokenizers (V4 and V4.1) does not thrash.
+Bpe::Caches& Bpe::thread_caches() const {
+  thread_local Caches caches[2];
   thread_local uint64_t clock = 0;
   ++clock;
-  WordCache* victim = &caches[0];
+  Caches* victim = &caches[0];
   for (auto& c : caches) {
-    if (c.owner == owner) {
+    if (c.owner == instance_) {
       c.last_use = clock;
       return c;
     }
     if (c.last_use < victim->last_use) victim = &c;
   }
-  victim->reset(owner);
+  victim->reset(instance_);
   victim->last_use = clock;
   return *victim;
 }
 
-}  // namespace
 
 size_t StringHash::operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
 
@@ -235,7 +309,7 @@ void Bpe::encode_word_uncached(std::string_view word, std::vector<int32_t>& out)
   }
 }
 
-void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
+void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out, Caches& caches) const {
   if (word.size() == 1) {
     const int32_t id = byte_ids_[static_cast<unsigned char>(word[0])];
     if (id >= 0) out.push_back(id);
@@ -246,12 +320,22 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
     encode_word_uncached(word, out);
     return;
   }
-  WordCache& cache = cache_for(instance_);
-  const uint64_t hash = XXH3_64bits(word.data(), word.size());
-  if (cache.lookup(word, hash, out)) return;
   const size_t start = out.size();
+  if (word.size() <= ShortWordCache::kMaxBytes) {
+    const ShortWordCache::Key key = ShortWordCache::key_of(word);
+    if (caches.short_words.lookup(key, out)) return;
+    encode_word_uncached(word, out);
+    if (out.size() - start <= ShortWordCache::kMaxIds) {
+      caches.short_words.insert(key, out.data() + start, out.size() - start);
+    } else {  // too many ids for a line
+      caches.long_words.insert(word, XXH3_64bits(word.data(), word.size()), out.data() + start, out.size() - start);
+    }
+    return;
+  }
+  const uint64_t hash = XXH3_64bits(word.data(), word.size());
+  if (caches.long_words.lookup(word, hash, out)) return;
   encode_word_uncached(word, out);
-  cache.insert(word, hash, out.data() + start, out.size() - start);
+  caches.long_words.insert(word, hash, out.data() + start, out.size() - start);
 }
 
 }  // namespace dsinfer::tokenizer

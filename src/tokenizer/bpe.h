@@ -34,8 +34,13 @@ class Bpe {
   Bpe(const TokenMap& vocab, const std::vector<std::pair<std::string, std::string>>& merges, Options options,
       std::string_view where);
 
+  // The calling thread's word caches for this model (fetch once per text, not per word).
+  struct Caches;
+  Caches& thread_caches() const;
+
   // Appends the ids of one pre-tokenized word (raw bytes).
-  void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  void encode_word(std::string_view word, std::vector<int32_t>& out, Caches& caches) const;
+  void encode_word(std::string_view word, std::vector<int32_t>& out) const { encode_word(word, out, thread_caches()); }
 
   // The same without the word cache (the reference the cache is tested against).
   void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;

@@ -206,7 +206,8 @@ Tokenizer Tokenizer::from_json_text(std::string_view json_text, std::string_view
 bool Tokenizer::has_cut_points() const { return pre_tokenizer_->has_cut_points(); }
 
 void Tokenizer::encode_plain_into(std::string_view text, std::vector<int32_t>& out) const {
-  pre_tokenizer_->split(text, [&](std::string_view word) { bpe_->encode_word(word, out); });
+  Bpe::Caches& caches = bpe_->thread_caches();
+  pre_tokenizer_->split(text, [&](std::string_view word) { bpe_->encode_word(word, out, caches); });
 }
 
 void Tokenizer::build_units(std::string_view text, bool added_tokens, std::vector<Segment>& out) const {

@@ -1,0 +1,200 @@
+// dsinfer bench: prefill and single-stream decode speed of a model on this machine, next to the
+// machine's measured limits. Decode reads every weight it touches once per token, so its bound is
+// (weight bytes touched per decoded token) / (read bandwidth); prefill is bounded by the FMA peak.
+// Serving curves (many streams, TTFT, speculation) are `dsinfer bench-serve`.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "kernels/cpu/machine_limits.h"
+#include "model/checkpoint.h"
+#include "model/deepseek_v4/model.h"
+#include "model/inventory.h"
+
+namespace dsinfer::cli {
+namespace {
+
+namespace v4 = model::deepseek_v4;
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// What one decoded token reads from the weights, by part of the model.
+struct TokenTraffic {
+  double attention = 0;   // wq_a/wq_b/wkv/wo_a/wo_b, norms, sinks
+  double compressor = 0;  // KV compressors and the indexer (CSA/HCA layers)
+  double shared = 0;      // shared experts
+  double routed = 0;      // top-k routed experts (k / n_routed of all expert bytes)
+  double router = 0;      // gate weights and biases
+  double mhc = 0;         // hyper-connection projections
+  double head = 0;        // lm head, final norm, hc head
+  double embed = 0;       // one embedding row
+  double linear_macs = 0; // multiply-adds of the products (for the FLOP count)
+  double total() const { return attention + compressor + shared + routed + router + mhc + head + embed; }
+};
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// From the checkpoint's own tensors (their stored sizes), for the backbone without MTP: every tensor of
+// every layer is read once per token, except routed experts (top-k of them), the embedding (one row)
+// and the hash-routing table (one row, ignored).
+TokenTraffic token_traffic(const model::Checkpoint& ckpt) {
+  const model::ModelConfig& c = ckpt.config();
+  const double expert_share = static_cast<double>(c.num_experts_per_tok) / static_cast<double>(c.n_routed_experts);
+  TokenTraffic t;
+  for (const model::TensorSpec& spec : model::expected_tensors(c)) {
+    if (spec.layer >= 0 && c.is_mtp_stage(spec.layer)) continue;
+    const model::TensorView* view = ckpt.find(spec.name);
+    DSINFER_CHECK(view != nullptr, "bench: checkpoint ", ckpt.dir(), " has no tensor '", spec.name, "'");
+    const double bytes = static_cast<double>(view->nbytes);
+    const std::string& n = spec.name;
+    double share = 1.0;
+    double* part = nullptr;
+    if (spec.kind == model::TensorKind::kEmbedding) {
+      part = &t.embed;
+      share = 1.0 / static_cast<double>(spec.shape.empty() ? 1 : spec.shape[0]);
+    } else if (spec.kind == model::TensorKind::kTid2Eid) {
+      continue;
+    } else if (contains(n, ".ffn.experts.")) {
+      part = &t.routed;
+      share = expert_share;
+    } else if (contains(n, ".ffn.shared_experts.")) {
+      part = &t.shared;
+    } else if (contains(n, ".ffn.gate.")) {
+      part = &t.router;
+    } else if (contains(n, ".attn.compressor.") || contains(n, ".attn.indexer.")) {
+      part = &t.compressor;
+    } else if (contains(n, ".attn.") || contains(n, "attn_norm")) {
+      part = &t.attention;
+    } else if (contains(n, "hc_attn") || contains(n, "hc_ffn") || contains(n, "ffn_norm")) {
+      part = &t.mhc;
+    } else if (spec.layer < 0) {
+      part = &t.head;  // head.weight, norm.weight, hc_head_*
+    } else {
+      part = &t.attention;
+    }
+    *part += bytes * share;
+    if (spec.kind == model::TensorKind::kLinearWeight || spec.kind == model::TensorKind::kHcFn) {
+      const double elems = spec.kind == model::TensorKind::kLinearWeight
+                               ? static_cast<double>(spec.rows) * static_cast<double>(spec.cols)
+                               : static_cast<double>(view->numel());
+      t.linear_macs += elems * share;
+    }
+  }
+  return t;
+}
+
+int32_t argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+int run_bench(int argc, char** argv) {
+  Args args("bench",
+            "Prefill tokens/s and single-stream decode tokens/s of a model, with this machine's measured read\n"
+            "bandwidth and FMA peak, the decode roofline (weight bytes touched per token / bandwidth) and\n"
+            "the fraction of it reached.");
+  args.option("model", "DIR", "checkpoint directory (config.json + safetensors)");
+  args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens)", "512");
+  args.option("decode-tokens", "N", "timed decode steps (greedy, one token each) after the prefill", "64");
+  args.option("warmup", "N", "untimed decode steps before the timed ones", "4");
+  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
+  args.option("bandwidth-mib", "MIB", "buffer of the bandwidth probe (well above the last-level cache)", "1024");
+  args.option("numerics", "MODE", "exact (fp32 activations) or reference (activation FP8 QDQ, bf16 storage)", "exact");
+  args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ");
+  args.option("seed", "S", "seed of the random prompt", "1");
+  if (!args.parse(argc, argv)) return args.exit_code();
+  const int64_t prompt_len = args.get_int("prompt-len");
+  const int64_t decode_tokens = args.get_int("decode-tokens");
+  const int64_t warmup = args.get_int("warmup");
+  DSINFER_CHECK(prompt_len >= 1, "--prompt-len must be >= 1, got ", prompt_len);
+  DSINFER_CHECK(decode_tokens >= 1, "--decode-tokens must be >= 1, got ", decode_tokens);
+  DSINFER_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
+  const std::string dir = args.get("model");
+
+  v4::ModelOptions opt;
+  opt.numerics.mode = v4::parse_numerics_mode(args.get("numerics"));
+  opt.numerics.kv_qdq = !args.has("no-kv-qdq");
+  opt.threads = static_cast<int>(args.get_int("threads"));
+  opt.prefault = true;
+  const auto t_load = Clock::now();
+  auto model = v4::Model::load(dir, opt);
+  const double load_s = seconds(t_load, Clock::now());
+  const int threads = model->pool().size();
+
+  // Limits first, with the model loaded (the same memory state as the runs), the pool idle.
+  const auto limits = kernels::measure_machine_limits(threads, args.get_int("bandwidth-mib") << 20);
+  const TokenTraffic traffic = token_traffic(*model::Checkpoint::open(dir));
+
+  const int64_t vocab = model->config().vocab_size;
+  std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));
+  std::uniform_int_distribution<int32_t> random_token(2, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> prompt(prompt_len);
+  for (auto& id : prompt) id = random_token(rng);
+  std::vector<v4::SequenceOutput> out(1);
+  auto step = [&](v4::SequenceState* seq, std::span<const int32_t> tokens) {
+    v4::SequenceInput in;
+    in.state = seq;
+    in.tokens = tokens;
+    in.logits = v4::LogitRows::kLast;
+    model->forward({&in, 1}, out);
+    return argmax(out[0].logits);
+  };
+
+  {  // Untimed: grow the workspaces to the prefill size once.
+    auto warm = model->new_sequence();
+    step(warm.get(), std::span<const int32_t>(prompt.data(), std::min<int64_t>(prompt_len, 64)));
+  }
+  auto seq = model->new_sequence();
+  const auto t_prefill = Clock::now();
+  int32_t next = step(seq.get(), prompt);
+  const double prefill_s = seconds(t_prefill, Clock::now());
+
+  for (int64_t i = 0; i < warmup; ++i) next = step(seq.get(), std::span<const int32_t>(&next, 1));
+  std::vector<double> step_s;
+  step_s.reserve(decode_tokens);
+  const auto t_decode = Clock::now();
+  for (int64_t i = 0; i < decode_tokens; ++i) {
+    const auto t0 = Clock::now();
+    next = step(seq.get(), std::span<const int32_t>(&next, 1));
+    step_s.push_back(seconds(t0, Clock::now()));
+  }
+  const double decode_s = seconds(t_decode, Clock::now());
+  std::vector<double> sorted = step_s;
+  std::sort(sorted.begin(), sorted.end());
+
+  const double prefill_tps = static_cast<double>(prompt_len) / prefill_s;
+  const double decode_tps = static_cast<double>(decode_tokens) / decode_s;
+  const double bytes = traffic.total();
+  const double bw = limits.bandwidth.gb_per_s * 1e9;
+  const double roofline_tps = bw / bytes;
+  const double prefill_gflops = 2.0 * traffic.linear_macs * prefill_tps / 1e9;
+
+  std::printf("model %s: %s, %d threads, loaded in %.1f s\n", dir.c_str(), model->shape().numerics.describe().c_str(),
+              threads, load_s);
+  std::printf("%s", limits.describe().c_str());
+  std::printf(
+      "weights read per decoded token: %.1f MB (attention %.1f, compressors+indexer %.1f, shared experts %.1f, "
+      "routed experts %.1f, router %.1f, mHC %.1f, head %.1f, embedding row %.3f)\n",
+      bytes / 1e6, traffic.attention / 1e6, traffic.compressor / 1e6, traffic.shared / 1e6, traffic.routed / 1e6,
+      traffic.router / 1e6, traffic.mhc / 1e6, traffic.head / 1e6, traffic.embed / 1e6);
+  std::printf("prefill: %lld tokens in %.3f s = %.1f tok/s (products %.1f GFLOP/s = %.0f%% of the FMA peak)\n",
+              static_cast<long long>(prompt_len), prefill_s, prefill_tps, prefill_gflops,
+              100.0 * prefill_gflops / limits.fma.gflops);
+  std::printf(
+      "decode: %lld tokens after %lld, %.2f tok/s (step median %.2f ms, min %.2f ms, max %.2f ms); roofline %.1f "
+      "tok/s at %.1f GB/s; %.0f%% of the roofline\n",
+      static_cast<long long>(decode_tokens), static_cast<long long>(prompt_len + warmup), decode_tps,
+      sorted[sorted.size() / 2] * 1e3, sorted.front() * 1e3, sorted.back() * 1e3, roofline_tps, bw / 1e9,
+      100.0 * decode_tps / roofline_tps);
+  return 0;
+}
+
+}  // namespace
+DSINFER_COMMAND("bench", "prefill and decode tokens/s against the machine's bandwidth roofline", run_bench);
+}  // namespace dsinfer::cli

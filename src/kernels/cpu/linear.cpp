@@ -130,8 +130,9 @@ void pack_fp4(const WeightView& w, PackedWeight& p) {
     uint8_t* dst = p.data.get() + pn * p.panel_bytes;
     for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
       const uint8_t* row = src + (pn * kPanelRows + r) * half;
-      const int64_t lane_byte = 2 * (r % 8) + r / 8;  // u16 lane r % 8, byte r / 8
-      for (int64_t c = 0; c < half; ++c) dst[c * 16 + lane_byte] = row[c];
+      // k-quad q: u32 lane r % 8, u16 half r / 8, the row's bytes 2q and 2q + 1.
+      const int64_t lane_half = 4 * (r % 8) + 2 * (r / 8);
+      for (int64_t c = 0; c < half; ++c) dst[(c / 2) * 32 + lane_half + (c % 2)] = row[c];
     }
   }
   p.fp4_scales_f32 = w.scales_f32;

@@ -15,10 +15,12 @@
 //         Byte b of every lane becomes an f32 by two shifts and a mask: sign to bit 31, the 7 magnitude
 //         bits to bits 26..20, which is exactly fp8 · 2^-120 (subnormal codes become fp32 subnormals,
 //         so no special case); the scale factor below carries the 2^120.
-//   FP4   [K2][8] u16 lanes, lane j = byte(row j) | byte(row j+8) << 8 with byte(r) = the checkpoint's
-//         byte of row r (nibble of k = 2kp low, 2kp+1 high). A nibble becomes an f32 by two shifts and a
-//         mask: sign to bit 31, the 3 magnitude bits to bits 24..22, exactly e2m1 · 2^-126 (the 0.5 code
-//         becomes an fp32 subnormal). Scales [cols / 32][16] per panel, E8M0 codes or f32.
+//   FP4   [K2/2][8] u32 lanes per k-quad (k = 4q..4q+3): lane j = u16(row j) | u16(row j+8) << 16, with
+//         u16(row r) the checkpoint's bytes 2q, 2q+1 of row r (nibbles of k0..k3 from the low bits up).
+//         16-bit shifts and a mask put a nibble's sign at bit 15 and magnitude at bits 8..6 of a u16 half,
+//         the top half of an f32 equal to e2m1 · 2^-126 (the 0.5 code becomes an fp32 subnormal).
+//         Scales [cols / 32][16] per panel, E8M0 codes or f32.
+//   FP8 likewise decodes each u16 half of a lane (two codes) with 16-bit shifts into top halves of f32s.
 // Scale factors: FP8 keeps f32 [ceil(rows/128)][ceil(cols/128)] = scale · 2^120. When a factor would
 // overflow fp32 (scales of 2^8 and more), `two_step_scale` is set, the factor is the plain scale and
 // the kernel multiplies by 2^120 first. Either way the decoded weight is the exact product fp8 · scale,

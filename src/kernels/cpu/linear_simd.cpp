@@ -118,19 +118,26 @@ HWY_INLINE void DecodeFP8(const uint8_t* panel, int64_t kp, float factor, float 
 }
 
 // e2m1 · 2^-126 (see linear_packed.h); the group's scale is applied to the group's partial sum.
-HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
-  const uint8_t* q = panel + kp * 16;
-  float re[16], ro[16];
-  for (int j = 0; j < 8; ++j) {
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t b = q[2 * j + h];
-      const int r = j + 8 * h;
-      re[r] = core::fp4_e2m1_to_float(b & 0xF) * std::ldexp(1.0f, -kFp4Bias);
-      ro[r] = core::fp4_e2m1_to_float(b >> 4) * std::ldexp(1.0f, -kFp4Bias);
-    }
+HWY_INLINE void DecodeFP4Quad(const uint8_t* panel, int64_t kq, VF (*out)[kNV]) {
+  const uint8_t* q = panel + kq * 32;
+  float rows[4][16];
+  for (int r = 0; r < 16; ++r) {
+    const uint8_t* u = q + 4 * (r % 8) + 2 * (r / 8);
+    const unsigned bits = u[0] | (u[1] << 8);
+    for (int i = 0; i < 4; ++i)
+      rows[i][r] = core::fp4_e2m1_to_float((bits >> (4 * i)) & 0xF) * std::ldexp(1.0f, -kFp4Bias);
   }
-  LoadRows(re, e);
-  LoadRows(ro, o);
+  for (int i = 0; i < 4; ++i) LoadRows(rows[i], out[i]);
+}
+
+HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
+  VF quad[4][kNV];
+  DecodeFP4Quad(panel, kp / 2, quad);
+  const int first = static_cast<int>(kp % 2) * 2;
+  for (int v = 0; v < kNV; ++v) {
+    e[v] = quad[first][v];
+    o[v] = quad[first + 1][v];
+  }
 }
 
 // E8M0 codes of 16 rows -> the f32 scales.
@@ -172,20 +179,22 @@ HWY_INLINE void DecodeBF16(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
   DecodeBF16Half(q + 8, o);
 }
 
-// Byte kByte of every u32 lane (an E4M3 code) -> f32 bits: sign to bit 31, magnitude to bits 26..20.
-template <int kByte, class DI, class V>
-HWY_INLINE V Fp8Bits(DI di, V v) {
-  const auto top = hn::ShiftLeft<24 - 8 * kByte>(v);  // the code in bits 31..24
-  return hn::And(hn::ShiftRight<4>(top), hn::Set(di, static_cast<int32_t>(0x87F00000u)));
-}
-
-// Four f32 vectors (lanes = 8 consecutive rows j) from u32 lanes j of the FP8 layout.
-template <class DI, class V>
-HWY_INLINE void Fp8Lanes(DI di, V v, V* e_lo, V* e_hi, V* o_lo, V* o_hi) {
-  *e_lo = Fp8Bits<0>(di, v);
-  *e_hi = Fp8Bits<1>(di, v);
-  *o_lo = Fp8Bits<2>(di, v);
-  *o_hi = Fp8Bits<3>(di, v);
+// FP8: u32 lane j of the layout holds codes b0 = (row j, k0), b1 = (row j+8, k0), b2 = (row j, k1),
+// b3 = (row j+8, k1). With 16-bit shifts each u16 half yields two codes in "top half of an f32" form
+// (sign at bit 15, magnitude at bits 10..4, i.e. fp8 · 2^-120); a shift or a mask then makes the f32.
+template <class DU>
+HWY_INLINE void Fp8Lanes(DU du, hn::Vec<DU> v, hn::Vec<DU>* e_lo, hn::Vec<DU>* e_hi, hn::Vec<DU>* o_lo,
+                         hn::Vec<DU>* o_hi) {
+  const hn::Repartition<int16_t, DU> d16;
+  const auto w = hn::BitCast(d16, v);
+  const auto mask = hn::Set(d16, static_cast<int16_t>(0x87F0));
+  const auto lo = hn::BitCast(du, hn::And(hn::ShiftRight<4>(hn::ShiftLeft<8>(w)), mask));  // b0, b2
+  const auto hi = hn::BitCast(du, hn::And(hn::ShiftRight<4>(w), mask));                   // b1, b3
+  const auto top = hn::Set(du, 0xFFFF0000u);
+  *e_lo = hn::ShiftLeft<16>(lo);
+  *o_lo = hn::And(lo, top);
+  *e_hi = hn::ShiftLeft<16>(hi);
+  *o_hi = hn::And(hi, top);
 }
 
 // kMode: 0 multiplies the bits by `factor`, 1 by `pre` and then `factor` (two-step scales), 2 leaves the
@@ -195,20 +204,20 @@ HWY_INLINE void DecodeFP8(const uint8_t* panel, int64_t kp, float factor, float 
   const DF df;
   const VF f = hn::Set(df, factor);
   const VF p = hn::Set(df, pre);
-  const int32_t* q = reinterpret_cast<const int32_t*>(panel) + kp * 8;
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(panel) + kp * 8;
   if constexpr (N == 8) {
-    const hn::RebindToSigned<DF> di;
-    decltype(hn::Zero(di)) el, eh, ol, oh;
-    Fp8Lanes(di, hn::Load(di, q), &el, &eh, &ol, &oh);
+    const hn::RebindToUnsigned<DF> du;
+    hn::Vec<decltype(du)> el, eh, ol, oh;
+    Fp8Lanes(du, hn::Load(du, q), &el, &eh, &ol, &oh);
     e[0] = hn::BitCast(df, el);
     e[1] = hn::BitCast(df, eh);
     o[0] = hn::BitCast(df, ol);
     o[1] = hn::BitCast(df, oh);
   } else if constexpr (N == 4) {
-    const hn::RebindToSigned<DF> di;
-    decltype(hn::Zero(di)) el0, eh0, ol0, oh0, el1, eh1, ol1, oh1;
-    Fp8Lanes(di, hn::Load(di, q), &el0, &eh0, &ol0, &oh0);
-    Fp8Lanes(di, hn::Load(di, q + 4), &el1, &eh1, &ol1, &oh1);
+    const hn::RebindToUnsigned<DF> du;
+    hn::Vec<decltype(du)> el0, eh0, ol0, oh0, el1, eh1, ol1, oh1;
+    Fp8Lanes(du, hn::Load(du, q), &el0, &eh0, &ol0, &oh0);
+    Fp8Lanes(du, hn::Load(du, q + 4), &el1, &eh1, &ol1, &oh1);
     e[0] = hn::BitCast(df, el0);
     e[1] = hn::BitCast(df, el1);
     e[2] = hn::BitCast(df, eh0);
@@ -219,9 +228,9 @@ HWY_INLINE void DecodeFP8(const uint8_t* panel, int64_t kp, float factor, float 
     o[3] = hn::BitCast(df, oh1);
   } else {
     const hn::Half<DF> dh;
-    const hn::RebindToSigned<decltype(dh)> di;
-    decltype(hn::Zero(di)) el, eh, ol, oh;
-    Fp8Lanes(di, hn::Load(di, q), &el, &eh, &ol, &oh);
+    const hn::RebindToUnsigned<decltype(dh)> du;
+    hn::Vec<decltype(du)> el, eh, ol, oh;
+    Fp8Lanes(du, hn::Load(du, q), &el, &eh, &ol, &oh);
     e[0] = hn::Combine(df, hn::BitCast(dh, eh), hn::BitCast(dh, el));
     o[0] = hn::Combine(df, hn::BitCast(dh, oh), hn::BitCast(dh, ol));
   }
@@ -236,63 +245,66 @@ HWY_INLINE void DecodeFP8(const uint8_t* panel, int64_t kp, float factor, float 
   }
 }
 
-// Nibble at bit kShift of every u32 lane (an E2M1 code) -> f32 bits: sign to bit 31, magnitude to
-// bits 24..22.
-template <int kShift, class DI, class V>
-HWY_INLINE V Fp4Bits(DI di, V v) {
-  const auto top = hn::ShiftLeft<28 - kShift>(v);  // the nibble in bits 31..28
-  return hn::And(hn::ShiftRight<6>(top), hn::Set(di, static_cast<int32_t>(0x81C00000u)));
+// FP4: u32 lane j of a k-quad holds u16(row j) | u16(row j+8) << 16, u16(row r) = nibbles of k0..k3 from
+// the low bits up. 16-bit shifts put each nibble in "top half of an f32" form (sign at bit 15,
+// magnitude at bits 8..6, i.e. e2m1 · 2^-126); a shift or a mask then makes the f32s of both rows.
+template <class DU>
+HWY_INLINE void Fp4Quad(DU du, hn::Vec<DU> v, hn::Vec<DU>* lo, hn::Vec<DU>* hi) {
+  const hn::Repartition<int16_t, DU> d16;
+  const auto w = hn::BitCast(d16, v);
+  const auto mask = hn::Set(d16, static_cast<int16_t>(0x81C0));
+  const auto top = hn::Set(du, 0xFFFF0000u);
+  const hn::Vec<decltype(d16)> n[4] = {
+      hn::And(hn::ShiftRight<6>(hn::ShiftLeft<12>(w)), mask), hn::And(hn::ShiftRight<6>(hn::ShiftLeft<8>(w)), mask),
+      hn::And(hn::ShiftRight<6>(hn::ShiftLeft<4>(w)), mask), hn::And(hn::ShiftRight<6>(w), mask)};
+  for (int i = 0; i < 4; ++i) {
+    const auto u = hn::BitCast(du, n[i]);
+    lo[i] = hn::ShiftLeft<16>(u);
+    hi[i] = hn::And(u, top);
+  }
 }
 
-template <class DI, class V>
-HWY_INLINE void Fp4Lanes(DI di, V v, V* e_lo, V* e_hi, V* o_lo, V* o_hi) {
-  *e_lo = Fp4Bits<0>(di, v);
-  *o_lo = Fp4Bits<4>(di, v);
-  *e_hi = Fp4Bits<8>(di, v);
-  *o_hi = Fp4Bits<12>(di, v);
-}
-
-// e2m1 · 2^-126 (see linear_packed.h); the group's scale is applied to the group's partial sum.
+// The four k of quad kq (k = 4kq .. 4kq+3) of one panel: out[i][v].
 template <size_t N = kN>
-HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
+HWY_INLINE void DecodeFP4Quad(const uint8_t* panel, int64_t kq, VF (*out)[kNV]) {
   const DF df;
-  const uint16_t* q = reinterpret_cast<const uint16_t*>(panel) + kp * 8;
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(panel) + kq * 8;
   if constexpr (N == 8) {
-    const hn::RebindToSigned<DF> di;
-    const hn::Rebind<uint16_t, DF> d16;
-    const auto v = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(), hn::Load(d16, q)));
-    decltype(hn::Zero(di)) el, eh, ol, oh;
-    Fp4Lanes(di, v, &el, &eh, &ol, &oh);
-    e[0] = hn::BitCast(df, el);
-    e[1] = hn::BitCast(df, eh);
-    o[0] = hn::BitCast(df, ol);
-    o[1] = hn::BitCast(df, oh);
-  } else if constexpr (N == 4) {
-    const hn::RebindToSigned<DF> di;
-    const hn::Rebind<uint16_t, DF> d16;
     const hn::RebindToUnsigned<DF> du;
-    const auto v0 = hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, q)));
-    const auto v1 = hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d16, q + 4)));
-    decltype(hn::Zero(di)) el0, eh0, ol0, oh0, el1, eh1, ol1, oh1;
-    Fp4Lanes(di, v0, &el0, &eh0, &ol0, &oh0);
-    Fp4Lanes(di, v1, &el1, &eh1, &ol1, &oh1);
-    e[0] = hn::BitCast(df, el0);
-    e[1] = hn::BitCast(df, el1);
-    e[2] = hn::BitCast(df, eh0);
-    e[3] = hn::BitCast(df, eh1);
-    o[0] = hn::BitCast(df, ol0);
-    o[1] = hn::BitCast(df, ol1);
-    o[2] = hn::BitCast(df, oh0);
-    o[3] = hn::BitCast(df, oh1);
+    hn::Vec<decltype(du)> lo[4], hi[4];
+    Fp4Quad(du, hn::Load(du, q), lo, hi);
+    for (int i = 0; i < 4; ++i) {
+      out[i][0] = hn::BitCast(df, lo[i]);
+      out[i][1] = hn::BitCast(df, hi[i]);
+    }
+  } else if constexpr (N == 4) {
+    const hn::RebindToUnsigned<DF> du;
+    hn::Vec<decltype(du)> lo0[4], hi0[4], lo1[4], hi1[4];
+    Fp4Quad(du, hn::Load(du, q), lo0, hi0);
+    Fp4Quad(du, hn::Load(du, q + 4), lo1, hi1);
+    for (int i = 0; i < 4; ++i) {
+      out[i][0] = hn::BitCast(df, lo0[i]);
+      out[i][1] = hn::BitCast(df, lo1[i]);
+      out[i][2] = hn::BitCast(df, hi0[i]);
+      out[i][3] = hn::BitCast(df, hi1[i]);
+    }
   } else {
     const hn::Half<DF> dh;
-    const hn::RebindToSigned<decltype(dh)> di;
-    const hn::Rebind<uint16_t, decltype(dh)> d16;
-    const auto v = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(dh)>(), hn::Load(d16, q)));
-    decltype(hn::Zero(di)) el, eh, ol, oh;
-    Fp4Lanes(di, v, &el, &eh, &ol, &oh);
-    e[0] = hn::Combine(df, hn::BitCast(dh, eh), hn::BitCast(dh, el));
-    o[0] = hn::Combine(df, hn::BitCast(dh, oh), hn::BitCast(dh, ol));
+    const hn::RebindToUnsigned<decltype(dh)> du;
+    hn::Vec<decltype(du)> lo[4], hi[4];
+    Fp4Quad(du, hn::Load(du, q), lo, hi);
+    for (int i = 0; i < 4; ++i) out[i][0] = hn::Combine(df, hn::BitCast(dh, hi[i]), hn::BitCast(dh, lo[i]));
+  }
+}
+
+// One k-pair of a panel (half of a quad), for the f32 panel decode of the gemm schedule.
+HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
+  VF quad[4][kNV];
+  DecodeFP4Quad(panel, kp / 2, quad);
+  const int first = static_cast<int>(kp % 2) * 2;
+  for (int v = 0; v < kNV; ++v) {
+    e[v] = quad[first][v];
+    o[v] = quad[first + 1][v];
   }
 }
 
@@ -642,15 +654,15 @@ HWY_NOINLINE void StreamPanelsFP4(const PackedWeight& w, int64_t p0, const float
     VF part[MR][G * kNV];
     for (int m = 0; m < MR; ++m)
       for (int j = 0; j < G * kNV; ++j) part[m][j] = hn::Zero(df);
-    for (int64_t kp = grp * 16; kp < grp * 16 + 16; ++kp) {
+    for (int64_t kq = grp * 8; kq < grp * 8 + 8; ++kq) {
       for (int g = 0; g < G; ++g) {
-        VF e[kNV], o[kNV];
-        DecodeFP4(w.panel(p0 + g), kp, e, o);
+        VF quad[4][kNV];
+        DecodeFP4Quad(w.panel(p0 + g), kq, quad);
         for (int m = 0; m < MR; ++m) {
-          const VF xe = hn::Set(df, xs[m * K + 2 * kp]);
-          const VF xo = hn::Set(df, xs[m * K + 2 * kp + 1]);
-          for (int v = 0; v < kNV; ++v) part[m][g * kNV + v] = hn::MulAdd(xe, e[v], part[m][g * kNV + v]);
-          for (int v = 0; v < kNV; ++v) part[m][g * kNV + v] = hn::MulAdd(xo, o[v], part[m][g * kNV + v]);
+          for (int i = 0; i < 4; ++i) {
+            const VF xb = hn::Set(df, xs[m * K + 4 * kq + i]);
+            for (int v = 0; v < kNV; ++v) part[m][g * kNV + v] = hn::MulAdd(xb, quad[i][v], part[m][g * kNV + v]);
+          }
         }
       }
     }

@@ -28,6 +28,10 @@ struct MatchState {
   MatchState() {
     data = pcre2_match_data_create(1, nullptr);
     context = pcre2_match_context_create(nullptr);
+    // PCRE2's default match limit (10 million backtracks) is reached by one `\s*[\r\n]+` attempt
+    // over a 10 MB run of spaces; the DeepSeek patterns backtrack at most linearly, so lift it.
+    pcre2_set_match_limit(context, 0xFFFFFFFFu);
+    pcre2_set_heap_limit(context, 1024 * 1024);  // KiB, for the interpreter (non-JIT) fallback
     jit_stack = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, nullptr);
     if (jit_stack) pcre2_jit_stack_assign(context, nullptr, jit_stack);
   }

@@ -71,6 +71,31 @@ TEST(SinkAttention, EveryTargetMatchesScalarAndDefinition) {
   }
 }
 
+TEST(SinkAttention, HeadResultDoesNotDependOnTheOtherHeads) {
+  // Callers split heads across threads differently depending on batch size and thread count.
+  const int64_t H = 5, D = 128, n = 23;
+  const auto q = random_vec(H * D, 31);
+  const auto kv = random_vec(n * D, 32);
+  const auto sink = random_vec(H, 33);
+  std::vector<const float*> rows;
+  for (int64_t j = 0; j < n; ++j) rows.push_back(kv.data() + j * D);
+  for (const auto& target : available_targets()) {
+    ScopedTarget scope(target);
+    std::vector<float> all(H * D), scratch(H * (n + 1));
+    SinkAttention a;
+    a.q = q.data(); a.heads = H; a.dim = D; a.rows = rows.data(); a.n = n; a.sink = sink.data(); a.scale = 0.1f;
+    a.out = all.data(); a.scratch = scratch.data();
+    sink_attention(a);
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<float> one(D);
+      SinkAttention b = a;
+      b.q = q.data() + h * D; b.heads = 1; b.sink = sink.data() + h; b.out = one.data();
+      sink_attention(b);
+      for (int64_t i = 0; i < D; ++i) ASSERT_EQ(one[i], all[h * D + i]) << target.name << " head " << h;
+    }
+  }
+}
+
 TEST(SinkAttention, SinkOnlyInflatesDenominator) {
   // One row: o = k · e^0 / (e^0 + e^(sink - l)) with l the only logit; a very negative sink gives o = k.
   const int64_t D = 16;

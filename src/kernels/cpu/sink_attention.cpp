@@ -16,21 +16,92 @@ namespace dsinfer::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-inline float Dot(const float* a, const float* b, int64_t n) {
+// Every (head, row) logit is one vector accumulator over the dims in ascending order, reduced across
+// lanes, plus a scalar tail: the blocked loops below (2 heads x 4 rows share their loads) compute
+// exactly that, so a logit does not depend on which block it fell in.
+template <int kHeads, int kRows>
+inline void Logits(const float* const* q, const float* const* rows, int64_t dim, float scale, float* const* out) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
+  decltype(hn::Zero(d)) acc[kHeads][kRows];
+  for (int h = 0; h < kHeads; ++h)
+    for (int r = 0; r < kRows; ++r) acc[h][r] = hn::Zero(d);
   int64_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
-    s1 = hn::MulAdd(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), s1);
-    s2 = hn::MulAdd(hn::LoadU(d, a + i + 2 * N), hn::LoadU(d, b + i + 2 * N), s2);
-    s3 = hn::MulAdd(hn::LoadU(d, a + i + 3 * N), hn::LoadU(d, b + i + 3 * N), s3);
+  for (; i + N <= dim; i += N) {
+    decltype(hn::Zero(d)) k[kRows];
+    for (int r = 0; r < kRows; ++r) k[r] = hn::LoadU(d, rows[r] + i);
+    for (int h = 0; h < kHeads; ++h) {
+      const auto qv = hn::LoadU(d, q[h] + i);
+      for (int r = 0; r < kRows; ++r) acc[h][r] = hn::MulAdd(qv, k[r], acc[h][r]);
+    }
   }
-  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), s0);
-  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+  for (int h = 0; h < kHeads; ++h) {
+    for (int r = 0; r < kRows; ++r) {
+      float sum = hn::GetLane(hn::SumOfLanes(d, acc[h][r]));
+      for (int64_t t = i; t < dim; ++t) sum += q[h][t] * rows[r][t];
+      out[h][r] = sum * scale;
+    }
+  }
+}
+
+// o_h += Σ_j p[h][j] · row_j for a block of rows, each output element summed over j in ascending order
+// (the same chain of multiply-adds whatever the blocking).
+template <int kHeads, int kRows>
+inline void Accumulate(const float* const* p, const float* const* rows, int64_t dim, float* const* o) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  decltype(hn::Zero(d)) pv[kHeads][kRows];
+  for (int h = 0; h < kHeads; ++h)
+    for (int r = 0; r < kRows; ++r) pv[h][r] = hn::Set(d, p[h][r]);
+  int64_t i = 0;
+  for (; i + N <= dim; i += N) {
+    decltype(hn::Zero(d)) k[kRows];
+    for (int r = 0; r < kRows; ++r) k[r] = hn::LoadU(d, rows[r] + i);
+    for (int h = 0; h < kHeads; ++h) {
+      auto acc = hn::LoadU(d, o[h] + i);
+      for (int r = 0; r < kRows; ++r) acc = hn::MulAdd(pv[h][r], k[r], acc);
+      hn::StoreU(acc, d, o[h] + i);
+    }
+  }
+  for (; i < dim; ++i)
+    for (int h = 0; h < kHeads; ++h)
+      for (int r = 0; r < kRows; ++r) o[h][i] += p[h][r] * rows[r][i];
+}
+
+template <int kHeads>
+void HeadBlock(const SinkAttention& a, int64_t h0, float* s) {
+  const int64_t n = a.n, dim = a.dim;
+  const float* q[kHeads];
+  for (int h = 0; h < kHeads; ++h) q[h] = a.q + (h0 + h) * dim;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    float* out[kHeads];
+    for (int h = 0; h < kHeads; ++h) out[h] = s + (h0 + h) * n + j;
+    Logits<kHeads, 4>(q, a.rows + j, dim, a.scale, out);
+  }
+  for (; j < n; ++j) {
+    float* out[kHeads];
+    for (int h = 0; h < kHeads; ++h) out[h] = s + (h0 + h) * n + j;
+    Logits<kHeads, 1>(q, a.rows + j, dim, a.scale, out);
+  }
+}
+
+template <int kHeads>
+void HeadBlockPV(const SinkAttention& a, int64_t h0, const float* s) {
+  const int64_t n = a.n, dim = a.dim;
+  float* o[kHeads];
+  for (int h = 0; h < kHeads; ++h) o[h] = a.out + (h0 + h) * dim;
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* p[kHeads];
+    for (int h = 0; h < kHeads; ++h) p[h] = s + (h0 + h) * n + j;
+    Accumulate<kHeads, 4>(p, a.rows + j, dim, o);
+  }
+  for (; j < n; ++j) {
+    const float* p[kHeads];
+    for (int h = 0; h < kHeads; ++h) p[h] = s + (h0 + h) * n + j;
+    Accumulate<kHeads, 1>(p, a.rows + j, dim, o);
+  }
 }
 
 void SinkAttentionImpl(const SinkAttention& a) {
@@ -38,16 +109,15 @@ void SinkAttentionImpl(const SinkAttention& a) {
   const hn::RebindToUnsigned<decltype(d)> du;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t n = a.n, dim = a.dim, H = a.heads;
-  float* s = a.scratch;        // [H][n] logits, then exp(l − M)
+  float* s = a.scratch;            // [H][n] logits, then exp(l − M)
   float* den = a.scratch + H * n;  // [H]
-  for (int64_t j = 0; j < n; ++j) {
-    const float* row = a.rows[j];
-    for (int64_t h = 0; h < H; ++h) s[h * n + j] = Dot(a.q + h * dim, row, dim) * a.scale;
-  }
+  int64_t h = 0;
+  for (; h + 2 <= H; h += 2) HeadBlock<2>(a, h, s);
+  for (; h < H; ++h) HeadBlock<1>(a, h, s);
   // Flooring the exponent keeps Highway's Exp inside its valid range; exp(-87) is ~0 next to exp(0).
   const auto exp_floor = hn::Set(d, -87.0f);
-  for (int64_t h = 0; h < H; ++h) {
-    float* sh = s + h * n;
+  for (int64_t hh = 0; hh < H; ++hh) {
+    float* sh = s + hh * n;
     float m = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) m = std::max(m, sh[j]);
     const auto vm = hn::Set(d, m);
@@ -71,26 +141,18 @@ void SinkAttentionImpl(const SinkAttention& a) {
       sh[j] = e;
       sum += e;
     }
-    den[h] = sum + std::exp(a.sink[h] - m);
+    den[hh] = sum + std::exp(a.sink[hh] - m);
   }
   std::fill(a.out, a.out + H * dim, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const float* row = a.rows[j];
-    for (int64_t h = 0; h < H; ++h) {
-      const float p = s[h * n + j];
-      const auto vp = hn::Set(d, p);
-      float* oh = a.out + h * dim;
-      int64_t i = 0;
-      for (; i + N <= dim; i += N) hn::StoreU(hn::MulAdd(vp, hn::LoadU(d, row + i), hn::LoadU(d, oh + i)), d, oh + i);
-      for (; i < dim; ++i) oh[i] += p * row[i];
-    }
-  }
-  for (int64_t h = 0; h < H; ++h) {
-    const auto vden = hn::Set(d, den[h]);
-    float* oh = a.out + h * dim;
+  h = 0;
+  for (; h + 2 <= H; h += 2) HeadBlockPV<2>(a, h, s);
+  for (; h < H; ++h) HeadBlockPV<1>(a, h, s);
+  for (int64_t hh = 0; hh < H; ++hh) {
+    const auto vden = hn::Set(d, den[hh]);
+    float* oh = a.out + hh * dim;
     int64_t i = 0;
     for (; i + N <= dim; i += N) hn::StoreU(hn::Div(hn::LoadU(d, oh + i), vden), d, oh + i);
-    for (; i < dim; ++i) oh[i] /= den[h];
+    for (; i < dim; ++i) oh[i] /= den[hh];
   }
 }
 

@@ -187,7 +187,10 @@ void Model::forward(std::span<const SequenceInput> batch, std::span<SequenceOutp
   for (size_t i = 0; i < batch.size(); ++i) hidden[i] = hidden_flags[i];
   write_outputs(ctx, X.data(), weights_.hc_head, weights_.norm, want, {hidden.get(), batch.size()}, outputs);
   guard.done = true;
-  for (auto& q : ctx.seqs) q.state->end_step(q.n);
+  for (size_t i = 0; i < ctx.seqs.size(); ++i) {
+    ctx.seqs[i].state->end_step(ctx.seqs[i].n);
+    if (!batch[i].rollback) ctx.seqs[i].state->release_rollback();
+  }
 }
 
 void Model::mtp_forward(std::span<const MtpInput> batch, std::span<SequenceOutput> outputs) {

@@ -39,6 +39,9 @@ struct SequenceInput {
   std::span<const int32_t> tokens;  // fed at positions state->length() ... ; at least one
   LogitRows logits = LogitRows::kLast;
   bool want_hidden = false;         // return the final hc-stream state of every token (MTP input)
+  // false: the step will not be rolled back (e.g. a prefill chunk); the rows kept for its rollback are
+  // freed right away (SequenceState::release_rollback).
+  bool rollback = true;
 };
 
 struct MtpInput {

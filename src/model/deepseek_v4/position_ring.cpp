@@ -25,7 +25,7 @@ void PositionRing::extend(int64_t new_end) {
 
 void PositionRing::shrink_for(int64_t upcoming) {
   const int64_t needed = std::max<int64_t>({min_capacity_, size() + upcoming, 1});
-  if (capacity_ <= 4 * needed || capacity_ <= min_capacity_) return;
+  if (capacity_ <= 2 * needed || capacity_ <= min_capacity_) return;
   int64_t cap = std::max<int64_t>(min_capacity_, 1);
   while (cap < needed) cap *= 2;
   reallocate(cap);

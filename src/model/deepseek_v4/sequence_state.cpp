@@ -155,6 +155,26 @@ void SequenceState::end_step(int64_t n) {
   freeze_full_blocks();
 }
 
+void SequenceState::release_rollback() {
+  const ModelShape& s = *shape_;
+  rollback_floor_ = length_;
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const LayerShape& ls = s.layers[l];
+    LayerState& st = layers_[l];
+    st.window.drop_before(std::max(window_floor_, length_ - s.window + 1));
+    st.window.shrink_for(s.max_draft + 1);
+    if (ls.compressed()) {
+      const int64_t keep = static_cast<int64_t>(tail_keep_from(ls, length_));
+      st.tail.drop_before(keep);
+      st.tail.shrink_for(s.max_draft + 1);
+      if (ls.csa()) {
+        st.index_tail.drop_before(keep);
+        st.index_tail.shrink_for(s.max_draft + 1);
+      }
+    }
+  }
+}
+
 void SequenceState::begin_mtp_step(int64_t n) {
   DSINFER_CHECK(!needs_window_, "sequence has no window state yet (attached prefix without restore/replay)");
   DSINFER_CHECK(shape_->has_mtp, "this model has no MTP block");

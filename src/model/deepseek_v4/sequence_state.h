@@ -83,6 +83,9 @@ class SequenceState {
   bool needs_window_state() const { return needs_window_; }
 
   void truncate(int64_t new_length);      // also truncates the MTP rows to at most new_length - 1
+  // Gives up rolling back the last step (rollback_floor() becomes length()) and frees the window and
+  // tail rows only a rollback would need (a long prefill chunk keeps all of its rows until then).
+  void release_rollback();
   void truncate_mtp(int64_t new_length);  // in [mtp_rollback_floor(), mtp_length()]
 
   // Full (immutable) blocks, block i covering positions [i·B, (i+1)·B).

@@ -105,6 +105,35 @@ TEST_F(V4Forward, RollbackOfAnyStepRestoresExactly) {
   }
 }
 
+TEST_F(V4Forward, StepsWithoutRollbackGiveTheSameResultsAndFreeTheirRows) {
+  const int64_t T = 200;
+  const auto tokens = random_tokens(T, 512, 9);
+  auto a = model_->new_sequence();
+  const auto ref = run_chunks(*model_, *a, tokens, 0, T, {150, 50});
+  auto b = model_->new_sequence();
+  std::vector<float> got;
+  std::vector<SequenceOutput> out(1);
+  for (int64_t p = 0; p < T;) {
+    const int64_t n = p == 0 ? 150 : 50;
+    SequenceInput in;
+    in.state = b.get();
+    in.tokens = std::span<const int32_t>(tokens.data() + p, n);
+    in.logits = LogitRows::kAll;
+    in.rollback = false;
+    model_->forward({&in, 1}, out);
+    got.insert(got.end(), out[0].logits.begin(), out[0].logits.end());
+    p += n;
+    EXPECT_EQ(b->rollback_floor(), p);
+  }
+  EXPECT_EQ(first_difference(ref, got), -1);
+  EXPECT_THROW(b->truncate(T - 1), core::Error);
+  const auto with = a->memory(), without = b->memory();
+  EXPECT_LT(without.tails + without.windows, with.tails + with.windows);
+  // Both continue identically.
+  const auto more = random_tokens(20, 512, 19);
+  EXPECT_EQ(first_difference(run_chunks(*model_, *a, more, 0, 20, {1}), run_chunks(*model_, *b, more, 0, 20, {1})), -1);
+}
+
 TEST_F(V4Forward, PartialRollbackKeepsAcceptedPrefix) {
   // A verify step of 8 tokens of which the first 3 are "accepted" equals feeding those 3 directly.
   const auto tokens = random_tokens(150, 512, 4);

@@ -1,0 +1,100 @@
+// dsinfer bench-forward: throughput of the DeepSeek-V4 forward pass itself (no engine, no sampling):
+// prefill of a random prompt in chunks (logits of the last row only), then decode steps of one token
+// for `--batch` sequences at once. Numbers, never pass/fail; run on a quiet machine.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "model/deepseek_v4/model.h"
+
+namespace dsinfer::cli {
+namespace {
+
+namespace v4 = model::deepseek_v4;
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+int run_bench_forward(int argc, char** argv) {
+  Args args("bench-forward", "Measure prefill and decode tokens/s of the DeepSeek-V4 forward pass.");
+  args.option("model", "DIR", "checkpoint directory");
+  args.option("prompt-tokens", "N", "prompt length per sequence", "512");
+  args.option("chunk-size", "N", "prefill chunk size", "512");
+  args.option("decode-tokens", "N", "decode steps after the prompt", "32");
+  args.option("batch", "B", "sequences decoded together (each prefilled alone)", "1");
+  args.option("numerics", "MODE", "exact or reference", "exact");
+  args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ");
+  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
+  args.option("seed", "S", "token seed", "1");
+  if (!args.parse(argc, argv)) return args.exit_code();
+  const int64_t T = args.get_int("prompt-tokens"), chunk = args.get_int("chunk-size");
+  const int64_t steps = args.get_int("decode-tokens"), B = args.get_int("batch");
+  DSINFER_CHECK(T >= 1 && chunk >= 1 && steps >= 0 && B >= 1, "bench-forward: sizes must be positive");
+
+  v4::ModelOptions opt;
+  opt.numerics.mode = v4::parse_numerics_mode(args.get("numerics"));
+  opt.numerics.kv_qdq = !args.has("no-kv-qdq");
+  opt.threads = static_cast<int>(args.get_int("threads"));
+  opt.prefault = true;
+  const auto t0 = Clock::now();
+  auto model = v4::Model::load(args.get("model"), opt);
+  const auto t1 = Clock::now();
+  const int64_t vocab = model->config().vocab_size;
+  std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+
+  std::vector<std::unique_ptr<v4::SequenceState>> seqs;
+  std::vector<v4::SequenceOutput> out(B);
+  double prefill_s = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    seqs.push_back(model->new_sequence());
+    std::vector<int32_t> prompt(T);
+    for (auto& t : prompt) t = tok(rng);
+    const auto p0 = Clock::now();
+    for (int64_t i = 0; i < T; i += chunk) {
+      v4::SequenceInput in;
+      in.state = seqs.back().get();
+      in.tokens = std::span<const int32_t>(prompt.data() + i, std::min(chunk, T - i));
+      in.logits = i + chunk >= T ? v4::LogitRows::kLast : v4::LogitRows::kNone;
+      in.rollback = false;
+      model->forward({&in, 1}, std::span<v4::SequenceOutput>(&out[b], 1));
+    }
+    prefill_s += seconds(p0, Clock::now());
+  }
+  std::vector<int32_t> next(B);
+  for (auto& t : next) t = tok(rng);
+  std::vector<v4::SequenceInput> batch(B);
+  const auto d0 = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t b = 0; b < B; ++b) {
+      batch[b].state = seqs[b].get();
+      batch[b].tokens = std::span<const int32_t>(&next[b], 1);
+      batch[b].logits = v4::LogitRows::kLast;
+      batch[b].rollback = false;
+    }
+    model->forward(batch, out);
+    for (auto& t : next) t = tok(rng);
+  }
+  const double decode_s = seconds(d0, Clock::now());
+  const auto mem = seqs[0]->memory();
+  std::printf("bench-forward: %s, %d threads, load %.2f s\n", model->shape().numerics.describe().c_str(),
+              model->pool().size(), seconds(t0, t1));
+  std::printf("  prefill: %lld x %lld tokens (chunks of %lld) in %.3f s = %.1f tok/s\n", static_cast<long long>(B),
+              static_cast<long long>(T), static_cast<long long>(chunk), prefill_s, static_cast<double>(B * T) / prefill_s);
+  if (steps > 0) {
+    std::printf("  decode:  %lld steps x batch %lld in %.3f s = %.2f steps/s, %.1f tok/s (context %lld..%lld)\n",
+                static_cast<long long>(steps), static_cast<long long>(B), decode_s, steps / decode_s,
+                static_cast<double>(steps * B) / decode_s, static_cast<long long>(T), static_cast<long long>(T + steps));
+  }
+  std::printf("  state of one sequence: %.2f MiB (blocks %.2f, windows %.2f, tails %.2f)\n", mem.total() / 1048576.0,
+              (mem.full_blocks + mem.pending_blocks) / 1048576.0, mem.windows / 1048576.0, mem.tails / 1048576.0);
+  return 0;
+}
+
+}  // namespace
+DSINFER_COMMAND("bench-forward", "measure prefill/decode tokens/s of the DeepSeek-V4 forward pass", run_bench_forward);
+}  // namespace dsinfer::cli

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include "cli/args.h"
 #include "cli/command.h"
 #include "core/error.h"
@@ -36,6 +38,13 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 struct Timing {
   Clock::time_point submitted, first, last;
   int64_t tokens = 0, cached = 0;
@@ -45,8 +54,16 @@ struct Timing {
   std::string error;
 };
 
-// Runs `specs` at once and returns per-request timings.
-std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& specs) {
+// Busy work standing in for what a server does per event (formatting, writing a stream frame).
+void spin_for_us(int64_t us) {
+  if (us <= 0) return;
+  const auto until = Clock::now() + std::chrono::microseconds(us);
+  while (Clock::now() < until) {
+  }
+}
+
+// Runs `specs` at once and returns per-request timings; each event costs `callback_us` of CPU.
+std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& specs, int64_t callback_us = 0) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Timing> t(specs.size());
@@ -54,6 +71,7 @@ std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& sp
   for (size_t i = 0; i < specs.size(); ++i) {
     t[i].submitted = Clock::now();
     auto r = engine.submit(specs[i], [&, i](const TokenEvent& e) {
+      spin_for_us(callback_us);
       const auto now = Clock::now();
       std::lock_guard<std::mutex> lock(mu);
       Timing& x = t[i];
@@ -143,6 +161,7 @@ int run_bench_serve(int argc, char** argv) {
   args.option("answer-len", "N", "answer tokens per turn", "32");
   args.option("turns", "N", "turns of the trace", "4");
   args.option("kv-budget-mib", "N", "engine KV budget", "8192");
+  args.option("callback-us", "N", "CPU cost per token event in the second overlap run (a server's work)", "200");
   args.flag("speculation", "also measure decode with MTP speculation (acceptance rate)");
   args.flag("skip-prefill", "skip the prefill curve");
   args.flag("skip-decode", "skip the decode curve");
@@ -203,8 +222,13 @@ int run_bench_serve(int argc, char** argv) {
          "'" + out_dir + "/prefill.csv' every ::1 using 1:5 with linespoints title 'prefill'", true);
   }
 
-  auto decode_run = [&](int64_t c, bool overlap, bool speculation, double* per_request, double* total,
-                        engine::EngineMetrics* metrics) {
+  struct DecodeResult {
+    double per_request = 0, total = 0;  // tokens/s
+    double cpu_seconds = 0;             // process CPU time of the run (user + system)
+    int64_t tokens = 0;
+    engine::EngineMetrics metrics;
+  };
+  auto decode_run = [&](int64_t c, bool overlap, bool speculation, int64_t callback_us = 0) {
     EngineOptions o = base;
     o.prefix_cache = false;
     o.overlap_scheduling = overlap;
@@ -214,7 +238,10 @@ int run_bench_serve(int argc, char** argv) {
     const int32_t n = static_cast<int32_t>(args.get_int("decode-tokens"));
     std::vector<RequestSpec> specs;
     for (int64_t i = 0; i < c; ++i) specs.push_back(make_spec(random_ids(rng, args.get_int("decode-prompt"), vocab), n));
-    auto t = run_batch(*engine, specs);
+    const double cpu0 = cpu_seconds();
+    auto t = run_batch(*engine, specs, callback_us);
+    DecodeResult r;
+    r.cpu_seconds = cpu_seconds() - cpu0;
     // Decode phase: from the moment every request has its first token to the last token; total
     // throughput counts the tokens delivered inside it, per-request speed each request's own rate.
     Clock::time_point start = t[0].first, end = t[0].last;
@@ -226,27 +253,41 @@ int run_bench_serve(int argc, char** argv) {
     int64_t inside = 0;
     for (const auto& x : t) {
       if (x.tokens > 1) speed += static_cast<double>(x.tokens - 1) / std::max(1e-9, since(x.first, x.last));
-      for (const auto& [when, n] : x.events) inside += when > start ? n : 0;
+      for (const auto& [when, k] : x.events) inside += when > start ? k : 0;
+      r.tokens += x.tokens;
     }
-    *per_request = speed / static_cast<double>(c);
-    *total = static_cast<double>(inside) / std::max(1e-9, since(start, end));
-    if (metrics) *metrics = engine->metrics();
+    r.per_request = speed / static_cast<double>(c);
+    r.total = static_cast<double>(inside) / std::max(1e-9, since(start, end));
+    r.metrics = engine->metrics();
+    return r;
+  };
+  auto per_step_ms = [](const engine::EngineMetrics& m, const char* what) {
+    return 1000.0 * m.extra.at(what) / static_cast<double>(std::max<int64_t>(1, m.steps_total));
   };
 
   if (!args.has("skip-decode")) {
     std::ofstream csv(out_dir + "/decode.csv");
-    csv << "concurrency,per_request_tokens_per_s,total_tokens_per_s,speedup_vs_1\n";
-    std::printf("decode (prompt %lld, %lld tokens each)\n%12s %22s %18s %14s\n",
+    csv << "concurrency,per_request_tokens_per_s,total_tokens_per_s,speedup_vs_1,tokens_per_cpu_s,cpu_speedup_vs_1,"
+           "forward_ms_per_step,gap_ms_per_step\n";
+    std::printf("decode (prompt %lld, %lld tokens each; tok/cpu-s = tokens per second of process CPU time, which "
+                "a busy machine does not distort)\n%12s %18s %12s %8s %12s %8s %10s %8s\n",
                 static_cast<long long>(args.get_int("decode-prompt")),
                 static_cast<long long>(args.get_int("decode-tokens")), "concurrency", "per-request tok/s",
-                "total tok/s", "vs 1 request");
-    double single = 0;
+                "total tok/s", "vs 1", "tok/cpu-s", "vs 1", "fwd ms", "gap ms");
+    double single = 0, single_cpu = 0;
     for (int64_t c : parse_list(args.get("concurrency"))) {
-      double per = 0, total = 0;
-      decode_run(c, true, false, &per, &total, nullptr);
-      if (single == 0) single = total;
-      std::printf("%12lld %22.2f %18.2f %13.2fx\n", static_cast<long long>(c), per, total, total / single);
-      csv << c << "," << per << "," << total << "," << total / single << "\n";
+      const DecodeResult r = decode_run(c, true, false);
+      const double per_cpu = static_cast<double>(r.tokens) / std::max(1e-9, r.cpu_seconds);
+      if (single == 0) {
+        single = r.total;
+        single_cpu = per_cpu;
+      }
+      const double fwd = per_step_ms(r.metrics, "forward_seconds_total");
+      const double gap = per_step_ms(r.metrics, "schedule_gap_seconds_total");
+      std::printf("%12lld %18.2f %12.2f %7.2fx %12.2f %7.2fx %10.1f %8.2f\n", static_cast<long long>(c), r.per_request,
+                  r.total, r.total / single, per_cpu, per_cpu / single_cpu, fwd, gap);
+      csv << c << "," << r.per_request << "," << r.total << "," << r.total / single << "," << per_cpu << ","
+          << per_cpu / single_cpu << "," << fwd << "," << gap << "\n";
     }
     std::printf("\n");
     csv.close();
@@ -257,17 +298,21 @@ int run_bench_serve(int argc, char** argv) {
   }
 
   if (!args.has("skip-overlap")) {
-    std::printf("overlap scheduling (decode, concurrency 16)\n%10s %14s %24s\n", "overlap", "total tok/s",
-                "gap between steps (ms)");
+    const int64_t cb = args.get_int("callback-us");
+    std::printf("overlap scheduling (decode, concurrency 16; callbacks cost 0 or %lld us per event)\n%10s %12s %14s "
+                "%14s %14s\n",
+                static_cast<long long>(cb), "overlap", "callback us", "total tok/s", "gap ms/step", "fwd ms/step");
     std::ofstream csv(out_dir + "/overlap.csv");
-    csv << "overlap,total_tokens_per_s,gap_ms_per_step\n";
-    for (bool overlap : {false, true}) {
-      double per = 0, total = 0;
-      engine::EngineMetrics m;
-      decode_run(16, overlap, false, &per, &total, &m);
-      const double gap = 1000.0 * m.extra["schedule_gap_seconds_total"] / std::max<int64_t>(1, m.steps_total - 1);
-      std::printf("%10s %14.2f %24.3f\n", overlap ? "on" : "off", total, gap);
-      csv << overlap << "," << total << "," << gap << "\n";
+    csv << "overlap,callback_us,total_tokens_per_s,gap_ms_per_step,forward_ms_per_step\n";
+    for (int64_t us : {int64_t{0}, cb}) {
+      for (bool overlap : {false, true}) {
+        const DecodeResult r = decode_run(16, overlap, false, us);
+        const double gap = per_step_ms(r.metrics, "schedule_gap_seconds_total");
+        const double fwd = per_step_ms(r.metrics, "forward_seconds_total");
+        std::printf("%10s %12lld %14.2f %14.3f %14.2f\n", overlap ? "on" : "off", static_cast<long long>(us), r.total,
+                    gap, fwd);
+        csv << overlap << "," << us << "," << r.total << "," << gap << "," << fwd << "\n";
+      }
     }
     std::printf("\n");
   }
@@ -278,15 +323,14 @@ int run_bench_serve(int argc, char** argv) {
     std::ofstream csv(out_dir + "/speculation.csv");
     csv << "concurrency,total_tokens_per_s,acceptance_rate,tokens_per_step\n";
     for (int64_t c : {int64_t{1}, int64_t{16}}) {
-      double per = 0, total = 0;
-      engine::EngineMetrics m;
-      decode_run(c, true, true, &per, &total, &m);
+      const DecodeResult r = decode_run(c, true, true);
+      const engine::EngineMetrics& m = r.metrics;
       const double rate = m.draft_tokens_total ? static_cast<double>(m.accepted_draft_tokens_total) /
                                                      static_cast<double>(m.draft_tokens_total)
                                                : 0.0;
       const double per_step = static_cast<double>(m.generated_tokens_total) / static_cast<double>(m.steps_total);
-      std::printf("%12lld %14.2f %18.3f %12.2f\n", static_cast<long long>(c), total, rate, per_step);
-      csv << c << "," << total << "," << rate << "," << per_step << "\n";
+      std::printf("%12lld %14.2f %18.3f %12.2f\n", static_cast<long long>(c), r.total, rate, per_step);
+      csv << c << "," << r.total << "," << rate << "," << per_step << "\n";
     }
     std::printf("\n");
   }

@@ -95,8 +95,9 @@ void EngineCore::cancel(RequestId id) {
   if (it == requests_.end()) return;
   Request& r = *it->second;
   if (r.state == Request::State::kFinished) return;
-  if (r.inflight_end >= 0) {
-    r.cancel_requested = true;  // finished when its step is applied
+  if (r.state == Request::State::kRunning) {
+    // Its model state goes away in launch() or apply(), on the thread that runs the model.
+    r.cancel_requested = true;
     return;
   }
   finish(r, FinishReason::kCancelled);
@@ -110,7 +111,7 @@ void EngineCore::cancel_all(const std::string& why) {
     if (it == requests_.end()) continue;
     Request& r = *it->second;
     if (r.state == Request::State::kFinished) continue;
-    if (r.inflight_end >= 0) {
+    if (r.state == Request::State::kRunning) {
       r.cancel_requested = true;
     } else if (why.empty()) {
       finish(r, FinishReason::kCancelled);
@@ -369,6 +370,11 @@ StepPlan EngineCore::plan() {
 // ---- launch / execute / apply -------------------------------------------------------------------
 
 void EngineCore::launch(StepPlan& p) {
+  std::vector<Request*> cancelled;
+  for (Request* r : running_) {
+    if (r->cancel_requested && r->inflight_end < 0) cancelled.push_back(r);
+  }
+  for (Request* r : cancelled) finish(*r, FinishReason::kCancelled);
   // A victim left alone by the step that ran meanwhile keeps running: the next plan decides again.
   for (Request* v : p.preemptions) {
     v->preempt_pending = false;

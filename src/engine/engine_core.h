@@ -3,8 +3,8 @@
 // threads around it (engine_impl.cpp) only decide when each phase runs:
 //   plan()    engine bookkeeping only, no model calls; may run while the previous step computes,
 //             against the projected state after that step;
-//   launch()  the plan's model-side preparation (preemptions, new sequences, attach) and the
-//             final memory check of every entry;
+//   launch()  the plan's model-side preparation (cancellations, preemptions, new sequences, attach)
+//             and the final memory check of every entry;
 //   execute() drafting, the forward and sampling; touches only the plan and its sequences;
 //   apply()   commits tokens, rolls back rejected drafts, publishes blocks and snapshots, stops.
 #pragma once

@@ -19,10 +19,10 @@ namespace dsinfer::engine {
 namespace {
 
 // Runs one job at a time on its own thread; start() hands it over, wait() blocks until it is done.
-class StepThread {
+class HelperThread {
  public:
-  StepThread() : thread_([this] { loop(); }) {}
-  ~StepThread() {
+  HelperThread() : thread_([this] { loop(); }) {}
+  ~HelperThread() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -35,17 +35,15 @@ class StepThread {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = std::move(job);
       done_ = false;
-      error_ = nullptr;
     }
     cv_.notify_all();
   }
-  // Returns when the job is done; rethrows what it threw. `end` is when it finished.
-  void wait(Clock::time_point& end) {
+  // Returns when the job is done. A job that throws is a bug of the engine: the process ends.
+  void wait() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_; });
-    end = end_;
-    if (error_) std::rethrow_exception(error_);
   }
+  std::thread::id id() const { return thread_.get_id(); }
 
  private:
   void loop() {
@@ -56,15 +54,8 @@ class StepThread {
       auto job = std::move(job_);
       job_ = nullptr;
       lock.unlock();
-      std::exception_ptr error;
-      try {
-        job();
-      } catch (...) {
-        error = std::current_exception();
-      }
+      job();
       lock.lock();
-      error_ = error;
-      end_ = Clock::now();
       done_ = true;
       cv_.notify_all();
     }
@@ -73,8 +64,6 @@ class StepThread {
   std::condition_variable cv_;
   std::function<void()> job_;
   bool done_ = true, stop_ = false;
-  std::exception_ptr error_;
-  Clock::time_point end_;
   std::thread thread_;
 };
 
@@ -83,7 +72,7 @@ class EngineImpl final : public Engine {
   EngineImpl(std::shared_ptr<ModelRunner> model, const EngineOptions& options)
       : core_(std::move(model), options), nonce_(std::random_device{}()) {
     metrics_ = core_.metrics();
-    if (options.overlap_scheduling) step_thread_ = std::make_unique<StepThread>();
+    if (options.overlap_scheduling) helper_ = std::make_unique<HelperThread>();
     thread_ = std::thread([this] { run(); });
   }
   ~EngineImpl() override { shutdown(false); }
@@ -129,7 +118,8 @@ class EngineImpl final : public Engine {
     }
     std::lock_guard<std::mutex> join_lock(join_mu_);
     if (thread_.joinable()) {
-      if (std::this_thread::get_id() == thread_.get_id()) {
+      const auto self = std::this_thread::get_id();
+      if (self == thread_.get_id() || (helper_ && self == helper_->id())) {
         thread_.detach();  // called from a callback: the loop ends by itself
       } else {
         thread_.join();
@@ -200,7 +190,7 @@ class EngineImpl final : public Engine {
   }
 
   void run() {
-    if (step_thread_) {
+    if (helper_) {
       run_overlapped();
     } else {
       run_sequential();
@@ -238,58 +228,67 @@ class EngineImpl final : public Engine {
     }
   }
 
+  // The engine thread never sleeps between two forwards: while it runs step n, the helper delivers
+  // the events of step n-1, takes new submissions and cancellations, and plans step n+1 against the
+  // state projected after step n. Only apply(n) and launch(n+1) stay between the forwards.
   void run_overlapped() {
-    StepPlan current;
-    bool in_flight = false;
-    auto start = [&](StepPlan& plan) {
-      step_thread_->start([this, &plan] { core_.execute(plan); });
-    };
+    StepPlan current, next;
+    bool have_next = false, have_last = false;
+    Clock::time_point last_end;
     while (true) {
-      const bool stopping = take_inbox();
-      deliver();
-      if (in_flight) {
-        StepPlan next = core_.plan();  // against the projected state after `current`
-        Clock::time_point end;
-        try {
-          step_thread_->wait(end);
-          core_.apply(current);
-        } catch (const std::exception& e) {
-          DSINFER_LOG_ERROR("engine: step failed: ", e.what());
-          core_.abort(current, core::str_cat("engine step failed: ", e.what()));
-        }
-        core_.launch(next);
-        if (!next.entries.empty()) {
-          current = std::move(next);
-          core_.add_gap_seconds(std::chrono::duration<double>(Clock::now() - end).count());
-          start(current);
-        } else {
-          in_flight = false;
-        }
-        publish_metrics();
-        continue;
-      }
-      if (!core_.has_work()) {
-        publish_metrics();
-        if (stopping) return;
-        wait_for_work(false);
-        continue;
-      }
-      current = core_.plan();
-      core_.launch(current);
-      if (current.entries.empty()) {
-        if (!core_.resolve_stall()) wait_for_work(true);
+      const bool fresh = !have_next;  // planned now, not against a projection of a step in flight
+      if (!have_next) {
+        const bool stopping = take_inbox();
         deliver();
-        publish_metrics();
+        if (!core_.has_work()) {
+          publish_metrics();
+          if (stopping) return;
+          have_last = false;
+          wait_for_work(false);
+          continue;
+        }
+        next = core_.plan();
+      }
+      have_next = false;
+      core_.launch(next);
+      current = std::move(next);
+      next = StepPlan{};
+      if (current.entries.empty()) {
+        // A projected plan can come out empty (its requests ended in the step it was planned beside):
+        // plan again at once. Only an empty fresh plan means nothing can run.
+        if (fresh && !core_.resolve_stall()) wait_for_work(true);
+        have_last = false;
         continue;
       }
-      start(current);
-      in_flight = true;
+      if (have_last) core_.add_gap_seconds(std::chrono::duration<double>(Clock::now() - last_end).count());
+      helper_->start([this, &next] {
+        deliver();
+        take_inbox();
+        next = core_.plan();
+      });
+      std::string failure;
+      try {
+        core_.execute(current);
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      last_end = Clock::now();
+      helper_->wait();
+      if (failure.empty()) {
+        core_.apply(current);
+      } else {
+        DSINFER_LOG_ERROR("engine: step failed: ", failure);
+        core_.abort(current, core::str_cat("engine step failed: ", failure));
+      }
+      have_last = true;
+      have_next = true;
+      publish_metrics();
     }
   }
 
   EngineCore core_;
   uint64_t nonce_;
-  std::unique_ptr<StepThread> step_thread_;
+  std::unique_ptr<HelperThread> helper_;
 
   std::mutex mu_;
   std::condition_variable cv_;

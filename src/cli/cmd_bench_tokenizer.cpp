@@ -89,7 +89,8 @@ std::string identifier(Rng& rng) {
   for (size_t i = 1; i < parts; ++i) {
     std::string p = w[rng.skewed(w.size())];
     if (rng.below(2)) {
-      id += "_" + p;
+      id += '_';
+      id += p;
     } else {
       p[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(p[0])));
       id += p;
@@ -131,21 +132,32 @@ void chinese_paragraph(Rng& rng, std::string& out) {
   }
 }
 
+// Appends the pieces in order; each piece is produced by the caller's lambda so that the random
+// draws happen left to right (argument evaluation order is unspecified in C++).
+template <typename... Parts>
+void emit(std::string& out, Parts&&... parts) {
+  ((out += parts()), ...);  // a fold over the comma operator runs left to right
+}
+
 void code_paragraph(Rng& rng, std::string& out) {
+  const auto& words = english_words();
+  auto id = [&] { return identifier(rng); };
+  auto lit = [](const char* s) { return [s] { return std::string(s); }; };
+  auto num = [&](size_t below) { return [&rng, below] { return std::to_string(rng.below(below)); }; };
   const size_t lines = 3 + rng.below(10);
   const int style = static_cast<int>(rng.below(3));
-  if (style == 0) out += "def " + identifier(rng) + "(" + identifier(rng) + ", " + identifier(rng) + "):\n";
-  else if (style == 1) out += "static int " + identifier(rng) + "(const std::vector<int>& " + identifier(rng) + ") {\n";
+  if (style == 0) emit(out, lit("def "), id, lit("("), id, lit(", "), id, lit("):\n"));
+  else if (style == 1) emit(out, lit("static int "), id, lit("(const std::vector<int>& "), id, lit(") {\n"));
   else out += "{\n";
+  const auto indent = lit(style == 0 ? "    " : "  ");
   for (size_t i = 0; i < lines; ++i) {
-    const std::string indent = style == 0 ? "    " : "  ";
     switch (rng.below(6)) {
-      case 0: out += indent + identifier(rng) + " = " + identifier(rng) + "(" + std::to_string(rng.below(1000)) + ")"; break;
-      case 1: out += indent + "for (int i = 0; i < " + identifier(rng) + ".size(); ++i) " + identifier(rng) + "[i] += 1;"; break;
-      case 2: out += indent + "// " + english_words()[rng.skewed(english_words().size())] + " " + identifier(rng); break;
-      case 3: out += indent + "\"" + identifier(rng) + "\": " + std::to_string(rng.below(100000)) + ","; break;
-      case 4: out += indent + "if (" + identifier(rng) + " != nullptr && " + identifier(rng) + " >= 0x" + std::to_string(rng.below(4096)) + ") {"; break;
-      default: out += indent + "return " + identifier(rng) + " * " + std::to_string(rng.below(64)) + ";"; break;
+      case 0: emit(out, indent, id, lit(" = "), id, lit("("), num(1000), lit(")")); break;
+      case 1: emit(out, indent, lit("for (int i = 0; i < "), id, lit(".size(); ++i) "), id, lit("[i] += 1;")); break;
+      case 2: emit(out, indent, lit("// "), [&] { return words[rng.skewed(words.size())]; }, lit(" "), id); break;
+      case 3: emit(out, indent, lit("\""), id, lit("\": "), num(100000), lit(",")); break;
+      case 4: emit(out, indent, lit("if ("), id, lit(" != nullptr && "), id, lit(" >= 0x"), num(4096), lit(") {")); break;
+      default: emit(out, indent, lit("return "), id, lit(" * "), num(64), lit(";")); break;
     }
     out += "\n";
   }

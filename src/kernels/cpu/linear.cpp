@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "kernels/cpu/linear_packed.h"
@@ -56,52 +58,62 @@ float scale_value(const WeightView& w, int64_t index, const char* what, int64_t 
   return core::e8m0_to_float(code);
 }
 
-uint8_t* alloc_bytes(hwy::AlignedFreeUniquePtr<uint8_t[]>& out, int64_t bytes) {
-  out = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(std::max<int64_t>(bytes, 64)));
-  DSINFER_CHECK(out != nullptr, "out of memory allocating ", bytes, " bytes for a Linear weight");
-  std::memset(out.get(), 0, static_cast<size_t>(std::max<int64_t>(bytes, 64)));
+uint8_t* alloc_bytes(detail::Bytes& out, int64_t bytes) {
+  out = detail::allocate_bytes(bytes);
   return out.get();
 }
 
-void pack_f32(const WeightView& w, PackedWeight& p) {
-  const float* src = static_cast<const float*>(w.data);
-  for (int64_t pn = 0; pn < p.panels; ++pn) {
-    float* dst = reinterpret_cast<float*>(p.data.get() + pn * p.panel_bytes);
-    for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
-      const float* row = src + (pn * kPanelRows + r) * w.cols;
-      for (int64_t k = 0; k < w.cols; ++k) dst[k * 16 + r] = row[k];
-    }
+// The element data of panels [pb, pe): k outer, the panel's 16 rows inner, so the destination is
+// written in order (padding rows and the padding k stay zero from the allocation).
+template <typename T, typename Place>
+void pack_panels(const WeightView& w, PackedWeight& p, int64_t pb, int64_t pe, int64_t row_elems, Place place) {
+  const T* src = static_cast<const T*>(w.data);
+  for (int64_t pn = pb; pn < pe; ++pn) {
+    T* dst = reinterpret_cast<T*>(p.data.get() + pn * p.panel_bytes);
+    const T* rows[kPanelRows];
+    int nrows = 0;
+    for (; nrows < kPanelRows && pn * kPanelRows + nrows < w.rows; ++nrows)
+      rows[nrows] = src + (pn * kPanelRows + nrows) * row_elems;
+    for (int64_t k = 0; k < row_elems; ++k)
+      for (int r = 0; r < nrows; ++r) dst[place(k, r)] = rows[r][k];
   }
 }
 
-void pack_bf16(const WeightView& w, PackedWeight& p) {
-  const uint16_t* src = static_cast<const uint16_t*>(w.data);
-  for (int64_t pn = 0; pn < p.panels; ++pn) {
-    uint16_t* dst = reinterpret_cast<uint16_t*>(p.data.get() + pn * p.panel_bytes);
-    for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
-      const uint16_t* row = src + (pn * kPanelRows + r) * w.cols;
-      const int64_t pos = r < 8 ? 2 * r : 2 * (r - 8) + 1;  // u32 lane j = (row j, row j + 8)
-      for (int64_t k = 0; k < w.cols; ++k) dst[k * 16 + pos] = row[k];
-    }
-  }
+void pack_f32(const WeightView& w, PackedWeight& p, int64_t pb, int64_t pe) {
+  pack_panels<float>(w, p, pb, pe, w.cols, [](int64_t k, int r) { return k * 16 + r; });
 }
 
-void pack_fp8(const WeightView& w, PackedWeight& p) {
+void pack_bf16(const WeightView& w, PackedWeight& p, int64_t pb, int64_t pe) {
+  // u32 lane j = (row j, row j + 8)
+  pack_panels<uint16_t>(w, p, pb, pe, w.cols, [](int64_t k, int r) { return k * 16 + (r < 8 ? 2 * r : 2 * (r - 8) + 1); });
+}
+
+void pack_fp8(const WeightView& w, PackedWeight& p, int64_t pb, int64_t pe) {
+  // Reject NaN codes first (a vectorisable scan; the position only when one is there).
   const uint8_t* src = static_cast<const uint8_t*>(w.data);
-  for (int64_t pn = 0; pn < p.panels; ++pn) {
-    uint8_t* dst = p.data.get() + pn * p.panel_bytes;
-    for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
-      const int64_t n = pn * kPanelRows + r;
-      const uint8_t* row = src + n * w.cols;
-      const int64_t lane_byte = 4 * (r % 8) + r / 8;  // u32 lane r % 8, byte r / 8 (+ 2 for odd k)
-      for (int64_t k = 0; k < w.cols; ++k) {
-        const uint8_t c = row[k];
-        DSINFER_CHECK((c & 0x7F) != 0x7F, "linear ", describe(w), ": weight [", n, ", ", k,
-                      "] is the FP8 E4M3 NaN code 0x", (c == 0xFF ? "FF" : "7F"));
-        dst[(k / 2) * 32 + lane_byte + 2 * (k & 1)] = c;
-      }
+  const int64_t r0 = pb * kPanelRows, r1 = std::min(w.rows, pe * kPanelRows);
+  for (int64_t n = r0; n < r1; ++n) {
+    const uint8_t* row = src + n * w.cols;
+    bool bad = false;
+    for (int64_t k = 0; k < w.cols; ++k) bad |= (row[k] & 0x7F) == 0x7F;
+    if (!bad) continue;
+    for (int64_t k = 0; k < w.cols; ++k) {
+      DSINFER_CHECK((row[k] & 0x7F) != 0x7F, "linear ", describe(w), ": weight [", n, ", ", k,
+                    "] is the FP8 E4M3 NaN code 0x", (row[k] == 0xFF ? "FF" : "7F"));
     }
   }
+  // u32 lane r % 8, byte r / 8, + 2 for the odd k of the pair
+  pack_panels<uint8_t>(w, p, pb, pe, w.cols,
+                       [](int64_t k, int r) { return (k / 2) * 32 + 4 * (r % 8) + r / 8 + 2 * (k & 1); });
+}
+
+void pack_fp4(const WeightView& w, PackedWeight& p, int64_t pb, int64_t pe) {
+  // k-quad q: u32 lane r % 8, u16 half r / 8, the row's bytes 2q and 2q + 1.
+  pack_panels<uint8_t>(w, p, pb, pe, w.cols / 2,
+                       [](int64_t c, int r) { return (c / 2) * 32 + 4 * (r % 8) + 2 * (r / 8) + (c % 2); });
+}
+
+void pack_fp8_scales(const WeightView& w, PackedWeight& p) {
   const int64_t rb = (w.rows + kFp8Block - 1) / kFp8Block;
   const int64_t cb = (w.cols + kFp8Block - 1) / kFp8Block;
   float* s = reinterpret_cast<float*>(alloc_bytes(p.scales, rb * cb * 4));
@@ -122,19 +134,8 @@ void pack_fp8(const WeightView& w, PackedWeight& p) {
   p.fp8_scale_cols = cb;
 }
 
-void pack_fp4(const WeightView& w, PackedWeight& p) {
-  const uint8_t* src = static_cast<const uint8_t*>(w.data);
-  const int64_t half = w.cols / 2;
+void pack_fp4_scales(const WeightView& w, PackedWeight& p) {
   const int64_t groups = w.cols / kFp4Group;
-  for (int64_t pn = 0; pn < p.panels; ++pn) {
-    uint8_t* dst = p.data.get() + pn * p.panel_bytes;
-    for (int64_t r = 0; r < kPanelRows && pn * kPanelRows + r < w.rows; ++r) {
-      const uint8_t* row = src + (pn * kPanelRows + r) * half;
-      // k-quad q: u32 lane r % 8, u16 half r / 8, the row's bytes 2q and 2q + 1.
-      const int64_t lane_half = 4 * (r % 8) + 2 * (r / 8);
-      for (int64_t c = 0; c < half; ++c) dst[(c / 2) * 32 + lane_half + (c % 2)] = row[c];
-    }
-  }
   p.fp4_scales_f32 = w.scales_f32;
   const int64_t esz = w.scales_f32 ? 4 : 1;
   uint8_t* s = alloc_bytes(p.scales, p.panels * groups * 16 * esz);
@@ -203,6 +204,34 @@ void check_call(const Linear& l, const float* x, int64_t M, int64_t ldx, float* 
 }
 
 }  // namespace
+
+void detail::FreeBytes::operator()(uint8_t* p) const {
+  if (map != nullptr) {
+    munmap(map, map_length);
+  } else {
+    std::free(p);
+  }
+}
+
+detail::Bytes detail::allocate_bytes(int64_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 64));
+  if (n < kHuge) {
+    void* p = nullptr;
+    DSINFER_CHECK(posix_memalign(&p, 64, n) == 0, "out of memory allocating ", bytes, " bytes for a Linear weight");
+    std::memset(p, 0, n);
+    return Bytes(static_cast<uint8_t*>(p));
+  }
+  // Fresh anonymous pages are zero; over-map by 2 MiB to align the start.
+  const size_t length = (n + kHuge - 1) / kHuge * kHuge + kHuge;
+  void* map = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  DSINFER_CHECK(map != MAP_FAILED, "out of memory mapping ", bytes, " bytes for a Linear weight");
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(map) + kHuge - 1) / kHuge * kHuge;
+#ifdef MADV_HUGEPAGE
+  madvise(reinterpret_cast<void*>(start), length - (start - reinterpret_cast<uintptr_t>(map)), MADV_HUGEPAGE);
+#endif
+  return Bytes(reinterpret_cast<uint8_t*>(start), FreeBytes{map, length});
+}
 
 int64_t detail::PackedWeight::bytes() const {
   int64_t b = panels * panel_bytes;
@@ -304,15 +333,27 @@ Linear::Linear(const WeightView& w) : view_(w) {
   // Panels start on a cache line.
   p->panel_bytes = (p->k_pairs * elem_pair_bytes + 63) / 64 * 64;
   alloc_bytes(p->data, p->panels * p->panel_bytes);
-  switch (w.format) {
-    case WeightFormat::kF32: pack_f32(w, *p); break;
-    case WeightFormat::kBF16: pack_bf16(w, *p); break;
-    case WeightFormat::kFP8: pack_fp8(w, *p); break;
-    case WeightFormat::kFP4: pack_fp4(w, *p); break;
+  if (w.format == WeightFormat::kFP8) pack_fp8_scales(w, *p);
+  if (w.format == WeightFormat::kFP4) pack_fp4_scales(w, *p);
+  auto pack = [&](int64_t pb, int64_t pe) {
+    switch (w.format) {
+      case WeightFormat::kF32: pack_f32(w, *p, pb, pe); break;
+      case WeightFormat::kBF16: pack_bf16(w, *p, pb, pe); break;
+      case WeightFormat::kFP8: pack_fp8(w, *p, pb, pe); break;
+      case WeightFormat::kFP4: pack_fp4(w, *p, pb, pe); break;
+    }
+  };
+  // Large weights (the head is 265 MB on MEDIUM) are repacked by the global pool; inside a task of a
+  // pool this runs inline.
+  if (weight_bytes(w) >= (int64_t{8} << 20)) {
+    core::ThreadPool::global().parallel_for(p->panels, 64, pack);
+  } else {
+    pack(0, p->panels);
   }
   packed_ = std::move(p);
 }
 
+Linear::Linear() = default;
 Linear::~Linear() = default;
 Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;

@@ -57,7 +57,7 @@ struct LinearCall;
 // 0x7F/0xFF, E8M0 0xFF) and non-finite F32 scales, naming the weight and the position.
 class Linear {
  public:
-  Linear() = default;
+  Linear();  // empty; out of line so that types holding a Linear by value need not see Packed
   explicit Linear(const WeightView& w);
   ~Linear();
   Linear(Linear&&) noexcept;

@@ -29,8 +29,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 
-#include "hwy/aligned_allocator.h"
 #include "kernels/cpu/linear.h"
 
 namespace dsinfer::kernels::detail {
@@ -41,6 +42,16 @@ inline constexpr int64_t kFp4Group = 32;
 inline constexpr int kFp8Bias = 120;  // decoded FP8 bits are fp8 · 2^-120
 inline constexpr int kFp4Bias = 126;  // decoded FP4 bits are e2m1 · 2^-126
 
+struct FreeBytes {
+  void* map = nullptr;  // mmap'd region (large allocations), else the pointer came from malloc
+  size_t map_length = 0;
+  void operator()(uint8_t* p) const;
+};
+// Zeroed, 64-byte aligned; from 2 MiB up a fresh mapping, 2 MiB aligned and advised for transparent
+// huge pages (fewer page faults while packing, fewer TLB misses while streaming the weights).
+using Bytes = std::unique_ptr<uint8_t[], FreeBytes>;
+Bytes allocate_bytes(int64_t bytes);
+
 struct PackedWeight {
   WeightFormat format = WeightFormat::kF32;
   int64_t rows = 0;
@@ -48,10 +59,10 @@ struct PackedWeight {
   int64_t panels = 0;       // ceil(rows / 16)
   int64_t k_pairs = 0;      // ceil(cols / 2)
   int64_t panel_bytes = 0;  // bytes of one panel's element data
-  hwy::AlignedFreeUniquePtr<uint8_t[]> data;
+  Bytes data;
   // FP8: f32 [ceil(rows/128)][ceil(cols/128)] factors. FP4: per panel [cols/32][16] codes (u8) or f32
   // factors when fp4_scales_f32.
-  hwy::AlignedFreeUniquePtr<uint8_t[]> scales;
+  Bytes scales;
   bool fp4_scales_f32 = false;
   bool two_step_scale = false;
   // FP8: every factor is a power of two >= 1 (E8M0 scales of 2^-120 and more), and the largest.

@@ -24,6 +24,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "core/dtypes.h"
+#include "hwy/aligned_allocator.h"
 #include "kernels/cpu/linear_packed.h"
 
 #if HWY_TARGET == HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL && HWY_COMPILER_GCC_ACTUAL < 1300

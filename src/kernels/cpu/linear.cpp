@@ -172,10 +172,12 @@ Split plan_split(int64_t rows, int64_t cols, int64_t M, int threads) {
   s.row_step = rows;
   s.m_step = M;
   if (threads <= 1 || rows * cols * M < kInlineMacs) return s;
-  const int64_t units = (rows + kRowUnit - 1) / kRowUnit;
+  // Whole stream groups (64 rows) per task, or single panels when that leaves threads idle.
+  const int64_t unit = (rows + kRowUnit - 1) / kRowUnit >= threads ? kRowUnit : kPanelRows;
+  const int64_t units = (rows + unit - 1) / unit;
   const int64_t want = threads * kTasksPerThread;
   s.row_tasks = std::min(units, want);
-  s.row_step = ((units + s.row_tasks - 1) / s.row_tasks) * kRowUnit;
+  s.row_step = ((units + s.row_tasks - 1) / s.row_tasks) * unit;
   s.row_tasks = (rows + s.row_step - 1) / s.row_step;
   // Few output rows but many rows of x (prefill through a narrow weight): split x as well. Each piece
   // decodes its panels again, which is cheap next to the M rows of work.

@@ -585,36 +585,46 @@ void GemmRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, int
 // scale-up that stays below 2^127), so the products xs · (e2m1 · 2^-126) = x · e2m1 · 2^-E are normal.
 // y[m][n] = 2^E · (fma chain over groups g of part_g · scale[n][g]), part_g = fma chain over the 32 k of g.
 
-// E of a row (0 when it has no finite non-zero value).
+// E of a row (0 when it has no finite non-zero value): the largest finite |x| through its bits (finite
+// values are those below the bits of infinity), four accumulators.
 int RowExponent(const float* x, int64_t K) {
-  const DF df;
-  const VF big = hn::Set(df, 3.4028234663852886e38f);
-  auto m = hn::Zero(df);
+  const hn::RebindToSigned<DF> di;
+  const auto abs_mask = hn::Set(di, 0x7FFFFFFF);
+  const auto inf = hn::Set(di, 0x7F800000);
+  auto m0 = hn::Zero(di), m1 = hn::Zero(di), m2 = hn::Zero(di), m3 = hn::Zero(di);
+  auto step = [&](auto& m, const float* p) HWY_ATTR {
+    const auto b = hn::And(hn::BitCast(di, hn::LoadU(DF(), p)), abs_mask);
+    m = hn::Max(m, hn::IfThenElseZero(hn::Lt(b, inf), b));
+  };
   int64_t k = 0;
-  for (; k + static_cast<int64_t>(kN) <= K; k += kN) {
-    const VF a = hn::Abs(hn::LoadU(df, x + k));
-    m = hn::Max(m, hn::IfThenElseZero(hn::Le(a, big), a));  // drops inf and NaN
+  for (; k + 4 * static_cast<int64_t>(kN) <= K; k += 4 * kN) {
+    step(m0, x + k);
+    step(m1, x + k + kN);
+    step(m2, x + k + 2 * kN);
+    step(m3, x + k + 3 * kN);
   }
-  HWY_ALIGN float lanes[kN];
-  hn::Store(m, df, lanes);
-  float r = 0.0f;
-  for (size_t i = 0; i < kN; ++i)
-    if (lanes[i] > r) r = lanes[i];
+  for (; k + static_cast<int64_t>(kN) <= K; k += kN) step(m0, x + k);
+  HWY_ALIGN int32_t lanes[kN];
+  hn::Store(hn::Max(hn::Max(m0, m1), hn::Max(m2, m3)), di, lanes);
+  int32_t r = 0;
+  for (size_t i = 0; i < kN; ++i) r = std::max(r, lanes[i]);
   for (; k < K; ++k) {
-    const float a = std::fabs(x[k]);
-    if (a <= 3.4028234663852886e38f && a > r) r = a;
+    const int32_t b = static_cast<int32_t>(core::float_bits(x[k]) & 0x7FFFFFFFu);
+    if (b < 0x7F800000) r = std::max(r, b);
   }
-  if (!(r > 0.0f)) return 0;
+  if (r == 0) return 0;
   int e = 0;
-  std::frexp(r, &e);
+  std::frexp(core::bits_float(static_cast<uint32_t>(r)), &e);
   return e - 1;
 }
 
-void PrepareFP4Rows(const float* x, int64_t M, int64_t ldx, int64_t K, float* xs, int32_t* exps) {
+// xs = x · 2^(126-E) per row, and post[2m], post[2m+1]: the two powers of two whose product is 2^E.
+void PrepareFP4Rows(const float* x, int64_t M, int64_t ldx, int64_t K, float* xs, float* post) {
   const DF df;
   for (int64_t m = 0; m < M; ++m) {
     const int E = RowExponent(x + m * ldx, K);
-    exps[m] = E;
+    post[2 * m] = std::ldexp(1.0f, E / 2);
+    post[2 * m + 1] = std::ldexp(1.0f, E - E / 2);
     const float* src = x + m * ldx;
     float* dst = xs + m * K;
     // 126 - E can reach 275 (tiny rows): apply it in steps of at most 2^127.
@@ -622,26 +632,26 @@ void PrepareFP4Rows(const float* x, int64_t M, int64_t ldx, int64_t K, float* xs
     bool first = true;
     do {
       const int step = std::clamp(c, -126, 127);
-      const VF f = hn::Set(df, std::ldexp(1.0f, step));
+      const float f = std::ldexp(1.0f, step);
+      const VF fv = hn::Set(df, f);
       const float* in = first ? src : dst;
       int64_t k = 0;
-      for (; k + static_cast<int64_t>(kN) <= K; k += kN) hn::StoreU(hn::Mul(hn::LoadU(df, in + k), f), df, dst + k);
-      for (; k < K; ++k) dst[k] = in[k] * std::ldexp(1.0f, step);
+      for (; k + static_cast<int64_t>(kN) <= K; k += kN) hn::StoreU(hn::Mul(hn::LoadU(df, in + k), fv), df, dst + k);
+      for (; k < K; ++k) dst[k] = in[k] * f;
       c -= step;
       first = false;
     } while (c != 0);
   }
 }
 
-// y = acc · 2^E, in two power-of-two steps so that no factor is subnormal.
-HWY_INLINE VF ScaleByExponent(VF acc, int E) {
+// y = acc · 2^E in two power-of-two steps (neither factor subnormal).
+HWY_INLINE VF ScaleByExponent(VF acc, const float* post) {
   const DF df;
-  const int half = E / 2;
-  return hn::Mul(hn::Mul(acc, hn::Set(df, std::ldexp(1.0f, half))), hn::Set(df, std::ldexp(1.0f, E - half)));
+  return hn::Mul(hn::Mul(acc, hn::Set(df, post[0])), hn::Set(df, post[1]));
 }
 
 template <int MR, int G>
-HWY_NOINLINE void StreamPanelsFP4(const PackedWeight& w, int64_t p0, const float* xs, const int32_t* exps, float* y,
+HWY_NOINLINE void StreamPanelsFP4(const PackedWeight& w, int64_t p0, const float* xs, const float* post, float* y,
                                   int64_t ldy, int64_t row_lo, int64_t row_hi) {
   const DF df;
   const int64_t K = w.cols;
@@ -677,26 +687,26 @@ HWY_NOINLINE void StreamPanelsFP4(const PackedWeight& w, int64_t p0, const float
   for (int m = 0; m < MR; ++m)
     for (int g = 0; g < G; ++g) {
       VF out[kNV];
-      for (int v = 0; v < kNV; ++v) out[v] = ScaleByExponent(hn::Load(df, &acc[m][g * 16 + v * kN]), exps[m]);
+      for (int v = 0; v < kNV; ++v) out[v] = ScaleByExponent(hn::Load(df, &acc[m][g * 16 + v * kN]), post + 2 * m);
       StorePanel(out, p0 + g, y + m * ldy, row_lo, row_hi);
     }
 }
 
 template <int MR, int G>
-void StreamRangeFP4(const PackedWeight& w, int64_t p, int64_t pe, const float* xs, const int32_t* exps, float* y,
+void StreamRangeFP4(const PackedWeight& w, int64_t p, int64_t pe, const float* xs, const float* post, float* y,
                     int64_t ldy, int64_t row_lo, int64_t row_hi) {
   if constexpr (G > 1) {
-    for (; p + G <= pe; p += G) StreamPanelsFP4<MR, G>(w, p, xs, exps, y, ldy, row_lo, row_hi);
-    if (p < pe) StreamRangeFP4<MR, G / 2>(w, p, pe, xs, exps, y, ldy, row_lo, row_hi);
+    for (; p + G <= pe; p += G) StreamPanelsFP4<MR, G>(w, p, xs, post, y, ldy, row_lo, row_hi);
+    if (p < pe) StreamRangeFP4<MR, G / 2>(w, p, pe, xs, post, y, ldy, row_lo, row_hi);
   } else {
-    for (; p < pe; ++p) StreamPanelsFP4<MR, 1>(w, p, xs, exps, y, ldy, row_lo, row_hi);
+    for (; p < pe; ++p) StreamPanelsFP4<MR, 1>(w, p, xs, post, y, ldy, row_lo, row_hi);
   }
 }
 
 // MR rows × PG decoded panels ([k][16] raw bits each, scales [groups][16] each).
 template <int MR, int PG>
 HWY_NOINLINE void MicroKernelFP4(const float* panels, int64_t panel_stride, const float* scales, int64_t scale_stride,
-                                 const float* xs, int64_t K, const int32_t* exps, int64_t p0, float* y, int64_t ldy,
+                                 const float* xs, int64_t K, const float* post, int64_t p0, float* y, int64_t ldy,
                                  int64_t row_lo, int64_t row_hi) {
   const DF df;
   HWY_ALIGN float acc[MR][PG * 16];
@@ -726,27 +736,27 @@ HWY_NOINLINE void MicroKernelFP4(const float* panels, int64_t panel_stride, cons
   for (int m = 0; m < MR; ++m)
     for (int g = 0; g < PG; ++g) {
       VF out[kNV];
-      for (int v = 0; v < kNV; ++v) out[v] = ScaleByExponent(hn::Load(df, &acc[m][g * 16 + v * kN]), exps[m]);
+      for (int v = 0; v < kNV; ++v) out[v] = ScaleByExponent(hn::Load(df, &acc[m][g * 16 + v * kN]), post + 2 * m);
       StorePanel(out, p0 + g, y + m * ldy, row_lo, row_hi);
     }
 }
 
 template <int PG, int MR = kGemmRows>
 void MicroRowsFP4(const float* panels, int64_t panel_stride, const float* scales, int64_t scale_stride, const float* xs,
-                  int64_t M, int64_t K, const int32_t* exps, int64_t p0, float* y, int64_t ldy, int64_t row_lo,
+                  int64_t M, int64_t K, const float* post, int64_t p0, float* y, int64_t ldy, int64_t row_lo,
                   int64_t row_hi) {
   int64_t m = 0;
   for (; m + MR <= M; m += MR)
-    MicroKernelFP4<MR, PG>(panels, panel_stride, scales, scale_stride, xs + m * K, K, exps + m, p0, y + m * ldy, ldy,
+    MicroKernelFP4<MR, PG>(panels, panel_stride, scales, scale_stride, xs + m * K, K, post + 2 * m, p0, y + m * ldy, ldy,
                            row_lo, row_hi);
   if constexpr (MR > 1) {
     if (m < M)
-      MicroRowsFP4<PG, MR - 1>(panels, panel_stride, scales, scale_stride, xs + m * K, M - m, K, exps + m, p0,
+      MicroRowsFP4<PG, MR - 1>(panels, panel_stride, scales, scale_stride, xs + m * K, M - m, K, post + 2 * m, p0,
                                y + m * ldy, ldy, row_lo, row_hi);
   }
 }
 
-void GemmRowsFP4(const PackedWeight& w, int64_t pb, int64_t pe, const float* xs, const int32_t* exps, int64_t M,
+void GemmRowsFP4(const PackedWeight& w, int64_t pb, int64_t pe, const float* xs, const float* post, int64_t M,
                  float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
   const int64_t K = w.cols;
   const int64_t groups = K / kFp4Group;
@@ -776,9 +786,9 @@ void GemmRowsFP4(const PackedWeight& w, int64_t pb, int64_t pe, const float* xs,
     int64_t g = 0;
     for (; g + kGemmPanels <= n; g += kGemmPanels)
       MicroRowsFP4<kGemmPanels>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K,
-                                exps, p + g, y, ldy, row_lo, row_hi);
+                                post, p + g, y, ldy, row_lo, row_hi);
     for (; g < n; ++g)
-      MicroRowsFP4<1>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K, exps,
+      MicroRowsFP4<1>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K, post,
                       p + g, y, ldy, row_lo, row_hi);
   }
 }
@@ -787,21 +797,21 @@ void ForwardFP4(const PackedWeight& w, const float* x, int64_t M, int64_t ldx, f
                 int64_t row_hi) {
   const int64_t K = w.cols;
   // Not thread_local: a task of a nested parallel region may run another product on this thread.
-  std::vector<float> xs_buf(static_cast<size_t>(M * K));
-  std::vector<int32_t> exps(static_cast<size_t>(M));
-  PrepareFP4Rows(x, M, ldx, K, xs_buf.data(), exps.data());
-  const float* xs = xs_buf.data();
+  std::unique_ptr<float[]> buf(new float[static_cast<size_t>(M * K + 2 * M)]);  // uninitialised
+  float* post = buf.get() + M * K;
+  PrepareFP4Rows(x, M, ldx, K, buf.get(), post);
+  const float* xs = buf.get();
   const int64_t pb = row_lo / kPanelRows;
   const int64_t pe = (row_hi + kPanelRows - 1) / kPanelRows;
   if (M > kStreamMaxRows) {
-    GemmRowsFP4(w, pb, pe, xs, exps.data(), M, y, ldy, row_lo, row_hi);
+    GemmRowsFP4(w, pb, pe, xs, post, M, y, ldy, row_lo, row_hi);
     return;
   }
   switch (M) {
-    case 1: StreamRangeFP4<1, StreamGroup<1>()>(w, pb, pe, xs, exps.data(), y, ldy, row_lo, row_hi); break;
-    case 2: StreamRangeFP4<2, StreamGroup<2>()>(w, pb, pe, xs, exps.data(), y, ldy, row_lo, row_hi); break;
-    case 3: StreamRangeFP4<3, StreamGroup<3>()>(w, pb, pe, xs, exps.data(), y, ldy, row_lo, row_hi); break;
-    case 4: StreamRangeFP4<4, StreamGroup<4>()>(w, pb, pe, xs, exps.data(), y, ldy, row_lo, row_hi); break;
+    case 1: StreamRangeFP4<1, StreamGroup<1>()>(w, pb, pe, xs, post, y, ldy, row_lo, row_hi); break;
+    case 2: StreamRangeFP4<2, StreamGroup<2>()>(w, pb, pe, xs, post, y, ldy, row_lo, row_hi); break;
+    case 3: StreamRangeFP4<3, StreamGroup<3>()>(w, pb, pe, xs, post, y, ldy, row_lo, row_hi); break;
+    case 4: StreamRangeFP4<4, StreamGroup<4>()>(w, pb, pe, xs, post, y, ldy, row_lo, row_hi); break;
     default: break;
   }
 }

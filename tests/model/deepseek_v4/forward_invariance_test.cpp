@@ -327,3 +327,39 @@ TEST_F(V4Forward, BadInputsAreRejectedWithoutChangingState) {
 
 }  // namespace
 }  // namespace dsinfer::model::deepseek_v4
+
+namespace dsinfer::model::deepseek_v4 {
+namespace {
+
+// The other numerics keep the chunk / batch semantics (their extra roundings are row-local too).
+TEST(V4Numerics, ReferenceAndNoQdqModesAreChunkInvariantAndDiffer) {
+  const std::string dir = testing::make_test_model("tiny512", testing::tiny_config());
+  const int64_t T = 120;
+  const auto tokens = random_tokens(T, 512, 30);
+  std::vector<std::vector<float>> per_mode;
+  for (int mode = 0; mode < 3; ++mode) {
+    ModelOptions opt;
+    opt.threads = 2;
+    opt.numerics.mode = mode == 1 ? NumericsMode::kReference : NumericsMode::kExact;
+    opt.numerics.kv_qdq = mode != 2;
+    auto m = Model::load(dir, opt);
+    auto a = m->new_sequence();
+    const auto one = run_chunks(*m, *a, tokens, 0, T, {T});
+    auto b = m->new_sequence();
+    EXPECT_EQ(first_difference(one, run_chunks(*m, *b, tokens, 0, T, {1, 9, 31})), -1) << "mode " << mode;
+    for (float v : one) ASSERT_TRUE(std::isfinite(v));
+    per_mode.push_back(one);
+  }
+  EXPECT_NE(first_difference(per_mode[0], per_mode[1]), -1);
+  EXPECT_NE(first_difference(per_mode[0], per_mode[2]), -1);
+  // The first position sees no quantised KV but its own, so exact and no-QDQ stay close there.
+  double num = 0, den = 0;
+  for (int v = 0; v < 512; ++v) {
+    num += std::pow(per_mode[0][v] - per_mode[2][v], 2);
+    den += std::pow(per_mode[2][v], 2);
+  }
+  EXPECT_LT(std::sqrt(num / den), 0.1);
+}
+
+}  // namespace
+}  // namespace dsinfer::model::deepseek_v4

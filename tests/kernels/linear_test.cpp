@@ -319,6 +319,22 @@ TEST(Linear, ExtremeScalesAndActivations) {
   }
 }
 
+// A narrow weight with many rows of x is split over the rows of x as well as over output rows.
+TEST(Linear, NarrowWeightSplitOverRowsOfXStaysInvariant) {
+  const int64_t rows = 24, cols = 256, M = 130;
+  core::ThreadPool pool(3);
+  for (WeightFormat f : kFormats) {
+    const TestWeight w = make_weight(f, rows, cols, 51);
+    const Linear lin(w.view);
+    const auto x = make_x(M, cols, 52);
+    std::vector<float> y(M * rows), alone(M * rows);
+    lin.forward(x.data(), M, cols, y.data(), rows, &pool);
+    for (int64_t m = 0; m < M; ++m) lin.forward(x.data() + m * cols, 1, cols, alone.data() + m * rows, rows, nullptr);
+    expect_bitwise_equal(y.data(), alone.data(), M, rows, rows, rows, weight_format_name(f));
+    expect_close_to_exact(w.view, x.data(), M, cols, y.data(), rows, weight_format_name(f));
+  }
+}
+
 TEST(Linear, ForwardManyEqualsSeparateForwards) {
   core::ThreadPool pool(3);
   std::vector<TestWeight> ws;

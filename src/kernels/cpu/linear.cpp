@@ -159,7 +159,6 @@ void pack_fp4_scales(const WeightView& w, PackedWeight& p) {
 // microsecond, which such a product does not repay.
 constexpr int64_t kInlineMacs = 48 * 1024;
 constexpr int64_t kTasksPerThread = 4;
-constexpr int64_t kRowUnit = 4 * kPanelRows;  // 64 rows: whole stream groups on 16-lane targets too
 
 struct Split {
   int64_t row_step = 0, row_tasks = 1;
@@ -172,8 +171,9 @@ Split plan_split(int64_t rows, int64_t cols, int64_t M, int threads) {
   s.row_step = rows;
   s.m_step = M;
   if (threads <= 1 || rows * cols * M < kInlineMacs) return s;
-  // Whole stream groups (64 rows) per task, or single panels when that leaves threads idle.
-  const int64_t unit = (rows + kRowUnit - 1) / kRowUnit >= threads ? kRowUnit : kPanelRows;
+  // Whole stream groups per task, or single panels when that leaves threads idle.
+  const int64_t group = detail::packed_stream_group_rows();
+  const int64_t unit = (rows + group - 1) / group >= threads ? group : kPanelRows;
   const int64_t units = (rows + unit - 1) / unit;
   const int64_t want = threads * kTasksPerThread;
   s.row_tasks = std::min(units, want);

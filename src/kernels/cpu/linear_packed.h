@@ -84,4 +84,8 @@ void packed_forward(const PackedWeight& w, const float* x, int64_t M, int64_t ld
 // of x reuse (prefill GEMM). Both give bitwise the same results.
 int64_t packed_stream_max_rows();
 
+// Output rows the stream schedule decodes together for one row of x (64 on AVX2, 128 on AVX-512):
+// the unit in which a product is split over threads.
+int64_t packed_stream_group_rows();
+
 }  // namespace dsinfer::kernels::detail

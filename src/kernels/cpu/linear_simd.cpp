@@ -863,6 +863,7 @@ void PackedForward(const PackedWeight& w, const float* x, int64_t M, int64_t ldx
 }
 
 int64_t StreamMaxRows() { return kStreamMaxRows; }
+int64_t StreamGroupRows() { return kPanelRows * StreamGroup<1>(); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace dsinfer::kernels::detail
@@ -881,6 +882,7 @@ namespace dsinfer::kernels::detail {
 
 HWY_EXPORT(PackedForward);
 HWY_EXPORT(StreamMaxRows);
+HWY_EXPORT(StreamGroupRows);
 
 void packed_forward(const PackedWeight& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
                     int64_t row_lo, int64_t row_hi) {
@@ -899,6 +901,7 @@ void packed_forward(const PackedWeight& w, const float* x, int64_t M, int64_t ld
 }
 
 int64_t packed_stream_max_rows() { return HWY_DYNAMIC_DISPATCH(StreamMaxRows)(); }
+int64_t packed_stream_group_rows() { return HWY_DYNAMIC_DISPATCH(StreamGroupRows)(); }
 
 }  // namespace dsinfer::kernels::detail
 #endif  // HWY_ONCE

@@ -7,4 +7,5 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 scripts/setup.sh
 scripts/build.sh release dsinfer
+scripts/tokenizers.sh
 exec build/release/src/cli/dsinfer serve "$@"

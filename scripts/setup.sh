@@ -9,8 +9,13 @@ packages=(
   libhwy-dev nlohmann-json3-dev libboost-dev libpcre2-dev libxxhash-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy libopenblas0-pthread
-  nodejs npm gnuplot-nox wrk
+  gnuplot-nox wrk
 )
+# Node.js may come from elsewhere (e.g. NodeSource, whose nodejs bundles npm and conflicts with
+# Debian's npm package): only install Debian's when there is no working node + npm.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -6,6 +6,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 scripts/setup.sh
 scripts/build.sh release
+scripts/tokenizers.sh
 ctest --preset release -j "$(nproc)"
 scripts/build.sh asan
 ctest --preset asan -j "$(nproc)"

@@ -168,6 +168,7 @@ int run_bench_serve(int argc, char** argv) {
   args.flag("skip-ttft", "skip the multi-turn TTFT trace");
   args.flag("skip-overlap", "skip the overlap on/off comparison");
   if (!args.parse(argc, argv)) return args.exit_code();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured, also into a file
 #ifndef DSINFER_ENGINE_HAVE_V4
   std::fprintf(stderr, "bench-serve: this build has no DeepSeek-V4 model library\n");
   return 1;

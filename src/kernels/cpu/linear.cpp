@@ -166,7 +166,9 @@ struct Split {
   int64_t tasks() const { return row_tasks * m_tasks; }
 };
 
-Split plan_split(int64_t rows, int64_t cols, int64_t M, int threads) {
+// `share`: the product's part of a batch of products run in one region (1 when alone); a batch needs
+// fewer tasks per product to keep the threads busy, and each task has a fixed cost.
+Split plan_split(int64_t rows, int64_t cols, int64_t M, int threads, double share = 1.0) {
   Split s;
   s.row_step = rows;
   s.m_step = M;
@@ -175,14 +177,14 @@ Split plan_split(int64_t rows, int64_t cols, int64_t M, int threads) {
   const int64_t group = detail::packed_stream_group_rows();
   const int64_t unit = (rows + group - 1) / group >= threads ? group : kPanelRows;
   const int64_t units = (rows + unit - 1) / unit;
-  const int64_t want = threads * kTasksPerThread;
+  const int64_t want = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(threads * kTasksPerThread * share)));
   s.row_tasks = std::min(units, want);
   s.row_step = ((units + s.row_tasks - 1) / s.row_tasks) * unit;
   s.row_tasks = (rows + s.row_step - 1) / s.row_step;
   // Few output rows but many rows of x (prefill through a narrow weight): split x as well. Each piece
   // decodes its panels again, which is cheap next to the M rows of work.
   const int64_t min_rows = 4 * std::max<int64_t>(detail::packed_stream_max_rows(), 12);
-  if (s.row_tasks < threads * 2 && M >= 2 * min_rows) {
+  if (share == 1.0 && s.row_tasks < threads * 2 && M >= 2 * min_rows) {
     const int64_t pieces = std::min((threads * 2 + s.row_tasks - 1) / s.row_tasks, M / min_rows);
     s.m_step = (M + pieces - 1) / pieces;
     s.m_tasks = (M + s.m_step - 1) / s.m_step;
@@ -391,12 +393,17 @@ void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* po
   plan.reserve(calls.size());
   int64_t tasks = 0;
   const int threads = pool ? pool->size() : 1;
+  double total_macs = 0;
   for (const LinearCall& c : calls) {
     DSINFER_CHECK(c.linear != nullptr, "linear_forward_many: call without a Linear");
     check_call(*c.linear, c.x, c.M, c.ldx, c.y, c.ldy);
+    total_macs += static_cast<double>(c.linear->rows()) * static_cast<double>(c.linear->cols()) * static_cast<double>(c.M);
+  }
+  for (const LinearCall& c : calls) {
     if (c.M == 0) continue;
-    // Each product is split as if alone: the whole batch then has enough tasks to balance.
-    const Split s = plan_split(c.linear->rows(), c.linear->cols(), c.M, threads);
+    // Tasks in proportion to the product's share of the work (at least one each).
+    const double macs = static_cast<double>(c.linear->rows()) * static_cast<double>(c.linear->cols()) * static_cast<double>(c.M);
+    const Split s = plan_split(c.linear->rows(), c.linear->cols(), c.M, threads, macs / total_macs);
     plan.push_back({&c, s, tasks});
     tasks += s.tasks();
   }

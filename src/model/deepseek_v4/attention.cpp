@@ -52,16 +52,16 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   float* qr = ws.f(kWsQr, N * s.q_lora);
   float* kv = ws.f(kWsKv, N * hd);
   std::vector<kernels::LinearCall> calls;
-  calls.push_back({&w.wq_a.linear(), a_in, N, d, qr, s.q_lora});
-  calls.push_back({&w.wkv.linear(), a_in, N, d, kv, hd});
+  calls.push_back({&w.wq_a, a_in, N, d, qr, s.q_lora});
+  calls.push_back({&w.wkv, a_in, N, d, kv, hd});
   float *u = nullptr, *sc = nullptr;
   IndexerInputs ix;
   if (ls.compressed()) {
     const int64_t cw = w.compressor->wkv.rows();
     u = ws.f(kWsU, N * cw);
     sc = ws.f(kWsS, N * cw);
-    calls.push_back({&w.compressor->wkv.linear(), a, N, d, u, cw});
-    calls.push_back({&w.compressor->wgate.linear(), a, N, d, sc, cw});
+    calls.push_back({&w.compressor->wkv, a, N, d, u, cw});
+    calls.push_back({&w.compressor->wgate, a, N, d, sc, cw});
   }
   if (ls.csa()) {
     const IndexerWeights& iw = *w.indexer;
@@ -72,9 +72,9 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
     ix.sc = is;
     ix.wts = ws.f(kWsIdxW, N * s.index_heads);
     ix.qi = ws.f(kWsIdxQ, N * s.index_heads * s.index_dim);
-    calls.push_back({&iw.compressor.wkv.linear(), a, N, d, iu, icw});
-    calls.push_back({&iw.compressor.wgate.linear(), a, N, d, is, icw});
-    calls.push_back({&iw.weights_proj.linear(), a, N, d, ix.wts, s.index_heads});
+    calls.push_back({&iw.compressor.wkv, a, N, d, iu, icw});
+    calls.push_back({&iw.compressor.wgate, a, N, d, is, icw});
+    calls.push_back({&iw.weights_proj, a, N, d, ix.wts, s.index_heads});
   }
   kernels::linear_forward_many(calls, ctx.pool);
 
@@ -99,8 +99,8 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   float* q = ws.f(kWsQ, N * H * hd);
   const float* qr_in = product_input(num, qr, N * s.q_lora, ws, kWsQuant2);
   calls.clear();
-  calls.push_back({&w.wq_b.linear(), qr_in, N, s.q_lora, q, H * hd});
-  if (ls.csa()) calls.push_back({&w.indexer->wq_b.linear(), qr_in, N, s.q_lora, ix.qi, s.index_heads * s.index_dim});
+  calls.push_back({&w.wq_b, qr_in, N, s.q_lora, q, H * hd});
+  if (ls.csa()) calls.push_back({&w.indexer->wq_b, qr_in, N, s.q_lora, ix.qi, s.index_heads * s.index_dim});
   kernels::linear_forward_many(calls, ctx.pool);
   ctx.pool->parallel_for(N, 4, [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {

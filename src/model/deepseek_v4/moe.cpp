@@ -81,11 +81,11 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = start[e + 1] - start[e];
     if (n == 0) continue;
-    calls.push_back({&w.experts[e].w1.linear(), xg + start[e] * d, n, d, g + start[e] * I, I});
-    calls.push_back({&w.experts[e].w3.linear(), xg + start[e] * d, n, d, u + start[e] * I, I});
+    calls.push_back({&w.experts[e].w1, xg + start[e] * d, n, d, g + start[e] * I, I});
+    calls.push_back({&w.experts[e].w3, xg + start[e] * d, n, d, u + start[e] * I, I});
   }
-  calls.push_back({&w.shared.w1.linear(), x_in, N, d, sg, Is});
-  calls.push_back({&w.shared.w3.linear(), x_in, N, d, su, Is});
+  calls.push_back({&w.shared.w1, x_in, N, d, sg, Is});
+  calls.push_back({&w.shared.w3, x_in, N, d, su, Is});
   kernels::linear_forward_many(calls, ctx.pool);
 
   // ---- clamped SwiGLU, route weight applied before the down projection ----
@@ -111,9 +111,9 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = start[e + 1] - start[e];
     if (n == 0) continue;
-    calls.push_back({&w.experts[e].w2.linear(), h + start[e] * I, n, I, og + start[e] * d, d});
+    calls.push_back({&w.experts[e].w2, h + start[e] * I, n, I, og + start[e] * d, d});
   }
-  calls.push_back({&w.shared.w2.linear(), sh, N, Is, so, d});
+  calls.push_back({&w.shared.w2, sh, N, Is, so, d});
   kernels::linear_forward_many(calls, ctx.pool);
 
   // ---- per row: routed outputs in ascending expert id (ties by slot), then the shared expert ----

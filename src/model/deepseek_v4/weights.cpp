@@ -12,10 +12,10 @@ class Loader {
  public:
   Loader(const Checkpoint& ckpt, const ModelShape& s) : ckpt_(ckpt), s_(s) {}
 
-  Product linear(const std::string& prefix, int64_t rows, int64_t cols) const {
+  kernels::Linear linear(const std::string& prefix, int64_t rows, int64_t cols) const {
     kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
     if (v.name.empty()) v.name = prefix;  // so the kernels' own checks name the tensor
-    return Product(v);
+    return kernels::Linear(v);
   }
 
   // A BF16 or F32 vector of exactly n elements, as fp32.
@@ -44,7 +44,7 @@ class Loader {
     v.cols = s_.hc_dim();
     v.data = fn.data;
     v.name = stem + "_fn";
-    w.fn = Product(v);
+    w.fn = kernels::Linear(v);
     w.base = vec(stem + "_base", mixes);
     w.scale = vec(stem + "_scale", scales);
     return w;

@@ -123,9 +123,14 @@ void EngineCore::cancel_all(const std::string& why) {
 
 // ---- KV accounting ------------------------------------------------------------------------------
 
+int64_t EngineCore::snapshot_charge(const WindowSnapshot& s) const {
+  // Room is made for the bound before a snapshot is taken; a model that reports more is held to it.
+  return std::min(s.bytes(), info_.snapshot_bytes);
+}
+
 int64_t EngineCore::private_bytes(const Request& r, int64_t positions) const {
   const int64_t own = std::max<int64_t>(0, blocks_for(positions) - static_cast<int64_t>(r.chain.size()));
-  return info_.sequence_bytes + own * info_.block_bytes + (r.latest_snapshot ? info_.snapshot_bytes : 0);
+  return info_.sequence_bytes + own * info_.block_bytes + (r.latest_snapshot ? snapshot_charge(*r.latest_snapshot) : 0);
 }
 
 bool EngineCore::make_room(int64_t bytes) {
@@ -658,7 +663,8 @@ void EngineCore::take_snapshot(Request& r) {
   if (!make_room(info_.snapshot_bytes)) return;
   std::shared_ptr<const WindowSnapshot> snap = model_->snapshot(*r.seq);
   if (checkpoint) {
-    cache_->set_snapshot(node, std::move(snap), info_.snapshot_bytes);
+    const int64_t bytes = snapshot_charge(*snap);
+    cache_->set_snapshot(node, std::move(snap), bytes);
   } else {
     r.latest_snapshot = std::move(snap);
     recharge(r);
@@ -669,7 +675,7 @@ void EngineCore::release_kv(Request& r) {
   if (cache_ && r.latest_snapshot) {
     const int64_t blocks = r.latest_snapshot->position() / info_.block_tokens;
     if (blocks >= 1 && static_cast<int64_t>(r.chain.size()) >= blocks) {
-      cache_->set_snapshot(r.chain[blocks - 1], r.latest_snapshot, info_.snapshot_bytes);
+      cache_->set_snapshot(r.chain[blocks - 1], r.latest_snapshot, snapshot_charge(*r.latest_snapshot));
     }
   }
   r.latest_snapshot.reset();

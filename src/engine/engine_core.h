@@ -93,6 +93,7 @@ class EngineCore {
  private:
   int64_t blocks_for(int64_t positions) const { return (positions + info_.block_tokens - 1) / info_.block_tokens; }
   int64_t private_bytes(const Request& r, int64_t positions) const;
+  int64_t snapshot_charge(const WindowSnapshot& s) const;
   int64_t used_bytes() const { return held_total_ + (cache_ ? cache_->bytes() : 0); }
   // Charges `r` for positions up to `positions`, evicting cached blocks if needed.
   bool reserve(Request& r, int64_t positions);

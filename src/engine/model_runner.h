@@ -24,7 +24,7 @@ struct ModelInfo {
   int32_t block_tokens = 128;     // positions per compressed-KV block (lcm of the compress ratios)
   int64_t block_bytes = 0;        // one block: compressed KV + indexer keys of every layer
   int64_t sequence_bytes = 0;     // fixed per sequence: window rings, compressor tails, drafter ring
-  int64_t snapshot_bytes = 0;     // one window-state snapshot at a block-aligned position
+  int64_t snapshot_bytes = 0;     // bound on one window-state snapshot at a block-aligned position
   int32_t max_draft_tokens = 0;   // longest draft verify supports (0: no drafter); also the rollback depth
   bool supports_replay = false;   // SWA bounded replay (forward with a window floor)
 };
@@ -48,6 +48,8 @@ class WindowSnapshot {
  public:
   virtual ~WindowSnapshot() = default;
   virtual int64_t position() const = 0;
+  // Memory it holds; at most ModelInfo::snapshot_bytes (the bound the engine makes room for).
+  virtual int64_t bytes() const = 0;
 };
 
 // One sequence's share of a batched forward.

@@ -116,6 +116,22 @@ TEST_F(EngineV4, ReportsTheModelLayout) {
   EXPECT_EQ(i.max_draft_tokens, 1);
   EXPECT_NE(i.identity.find("deepseek_v4:"), std::string::npos);
   EXPECT_EQ(checkpoint_identity(*dir_) + "; numerics exact", i.identity);
+  // A snapshot at a block boundary fits the bound the engine plans with.
+  auto seq = runner()->new_sequence();
+  std::vector<int32_t> tokens(128, 7);
+  std::vector<float> logits;
+  ForwardItem item;
+  item.seq = seq.get();
+  item.tokens = tokens;
+  item.logit_rows = 0;
+  runner()->forward({&item, 1}, logits);
+  auto snap = runner()->snapshot(*seq);
+  EXPECT_EQ(snap->position(), 128);
+  EXPECT_GT(snap->bytes(), 0);
+  EXPECT_LE(snap->bytes(), i.snapshot_bytes);
+  std::printf("tiny V4: block %lld B, sequence %lld B, snapshot bound %lld B, snapshot at 128: %lld B\n",
+              static_cast<long long>(i.block_bytes), static_cast<long long>(i.sequence_bytes),
+              static_cast<long long>(i.snapshot_bytes), static_cast<long long>(snap->bytes()));
 }
 
 TEST_F(EngineV4, ConcurrentRequestsMatchThePlainLoop) {

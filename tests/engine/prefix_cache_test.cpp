@@ -14,6 +14,7 @@ struct FakeBlock : KvBlock {
 struct FakeSnapshot : WindowSnapshot {
   explicit FakeSnapshot(int64_t p) : pos(p) {}
   int64_t position() const override { return pos; }
+  int64_t bytes() const override { return 50; }
   int64_t pos;
 };
 

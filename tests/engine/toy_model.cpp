@@ -23,7 +23,9 @@ struct ToyModel::Snapshot final : WindowSnapshot {
   Snapshot(int64_t p, std::shared_ptr<std::atomic<int64_t>> c) : pos(p), counter(std::move(c)) { ++*counter; }
   ~Snapshot() override { --*counter; }
   int64_t position() const override { return pos; }
+  int64_t bytes() const override { return bytes_charged; }
   int64_t pos;
+  int64_t bytes_charged = 0;
   int64_t floor = 0;
   std::map<int64_t, Vec> window;
   std::shared_ptr<std::atomic<int64_t>> counter;
@@ -236,6 +238,7 @@ std::shared_ptr<const WindowSnapshot> ToyModel::snapshot(const SequenceState& se
   const auto& s = dynamic_cast<const Seq&>(seq);
   DSINFER_CHECK(s.len % config_.block_tokens == 0, "toy: snapshot at unaligned position ", s.len);
   auto snap = std::make_shared<Snapshot>(s.len, live_snapshots_);
+  snap->bytes_charged = config_.snapshot_bytes;
   snap->floor = s.floor;
   for (auto it = s.h.lower_bound(s.len - config_.window); it != s.h.end(); ++it) snap->window.insert(*it);
   note_bytes();

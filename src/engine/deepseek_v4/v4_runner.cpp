@@ -35,6 +35,9 @@ struct V4Snapshot final : WindowSnapshot {
   v4::WindowSnapshot snap;
   std::vector<float> hidden;  // main streams of position() - 1: the first MTP row after a resume
   int64_t position() const override { return snap.position(); }
+  int64_t bytes() const override {
+    return static_cast<int64_t>(snap.size_bytes() + hidden.size() * sizeof(float));
+  }
 };
 
 std::string hex64(uint64_t x) {

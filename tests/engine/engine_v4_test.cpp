@@ -113,7 +113,7 @@ TEST_F(EngineV4, ReportsTheModelLayout) {
   EXPECT_EQ(i.block_tokens, 128);
   EXPECT_GT(i.block_bytes, 0);
   EXPECT_GT(i.sequence_bytes, 0);
-  EXPECT_EQ(i.max_draft_tokens, 1);
+  EXPECT_EQ(i.max_draft_tokens, 7);
   EXPECT_NE(i.identity.find("deepseek_v4:"), std::string::npos);
   EXPECT_EQ(checkpoint_identity(*dir_) + "; numerics exact", i.identity);
   // A snapshot at a block boundary fits the bound the engine plans with.
@@ -267,21 +267,25 @@ TEST_F(EngineV4, SpeculationWithMtpIsLossless) {
   std::mt19937 rng(5);
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 4; ++i) specs.push_back(spec(prompt(rng, 20 + 70 * i), 24));
-  EngineOptions o;
-  o.speculation = true;
-  o.draft_tokens = 1;
-  auto engine = make_engine(runner(), o);
-  auto out = run_all(*engine, specs);
-  ASSERT_EQ(out.size(), specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(out[i].tokens, reference(specs[i]).tokens) << i;
-  const EngineMetrics m = engine->metrics();
-  EXPECT_GT(m.draft_tokens_total, 0);
-  EXPECT_LE(m.accepted_draft_tokens_total, m.draft_tokens_total);
-  // A repeat resumes from a snapshot and still agrees (the snapshot carries the MTP input row).
-  auto again = run_all(*engine, {specs[3]});
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_GT(again[0].cached, 0);
-  EXPECT_EQ(again[0].tokens, out[3].tokens);
+  std::vector<Outcome> want;
+  for (const auto& s : specs) want.push_back(reference(s));
+  for (int32_t k : {1, 3}) {
+    EngineOptions o;
+    o.speculation = true;
+    o.draft_tokens = k;
+    auto engine = make_engine(runner(), o);
+    auto out = run_all(*engine, specs);
+    ASSERT_EQ(out.size(), specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(out[i].tokens, want[i].tokens) << "k " << k << " request " << i;
+    const EngineMetrics m = engine->metrics();
+    EXPECT_GT(m.draft_tokens_total, 0);
+    EXPECT_LE(m.accepted_draft_tokens_total, m.draft_tokens_total);
+    // A repeat resumes from a snapshot and still agrees (the snapshot carries the MTP input row).
+    auto again = run_all(*engine, {specs[3]});
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_GT(again[0].cached, 0);
+    EXPECT_EQ(again[0].tokens, want[3].tokens);
+  }
 }
 
 TEST_F(EngineV4, PreemptionUnderATightBudgetKeepsOutputs) {

@@ -64,9 +64,8 @@ class V4Runner final : public ModelRunner {
     // A snapshot at a block boundary holds the windows and the last group of the CSA tails: never more
     // than the steady-state sequence, plus one MTP input row.
     info_.snapshot_bytes = info_.sequence_bytes + hc_dim_ * static_cast<int64_t>(sizeof(float));
-    // One MTP block drafts one token per step. Deeper drafts would chain it on its own output and need
-    // the MTP rows of several calls rolled back at once, which the state does not offer.
-    info_.max_draft_tokens = s.has_mtp ? 1 : 0;
+    // The window rings keep max_draft extra slots, so a verify step of up to max_draft drafts rolls back.
+    info_.max_draft_tokens = s.has_mtp ? static_cast<int32_t>(s.max_draft) : 0;
     info_.supports_replay = true;
   }
 
@@ -163,29 +162,74 @@ class V4Runner final : public ModelRunner {
     }
   }
 
+  // Draft 1 comes from the exact MTP row of the last committed position (row L-1: main streams at L-1,
+  // the pending token). Drafts 2..k chain the MTP block on its own output streams: round j feeds rows
+  // L .. L+j-2 (the approximate rows so far, recomputed bit for bit) in one call and rolls them back
+  // after it, so every call starts at L and the state can always return there.
   std::vector<int32_t> draft(std::span<const DraftItem> items) override {
     DSINFER_CHECK(mtp_, "draft: speculation was not enabled (prepare)");
-    std::vector<v4::MtpInput> in(items.size());
-    std::vector<std::vector<float>> rows(items.size());
-    std::vector<int32_t> toks(items.size());
-    for (size_t i = 0; i < items.size(); ++i) {
-      const DraftItem& it = items[i];
-      DSINFER_CHECK(it.count == 1, "draft: the MTP block drafts one token per step, ", it.count, " asked");
-      auto& s = seq(*it.seq);
-      const int64_t p = s.state->length() - 1;
-      DSINFER_CHECK(s.state->mtp_length() == p, "draft: MTP rows at ", s.state->mtp_length(), ", expected ", p);
-      rows[i] = hidden_row(s, p, nullptr);
-      toks[i] = it.last_token;
-      in[i].state = s.state.get();
-      in[i].hidden = rows[i];
-      in[i].tokens = std::span<const int32_t>(&toks[i], 1);
-      in[i].logits = v4::LogitRows::kLast;
+    const size_t n = items.size();
+    std::vector<std::vector<int32_t>> drafts(n);
+    std::vector<std::vector<float>> chain(n);  // MTP output streams g_{L-1}, g_L, ... per item
+    std::vector<int64_t> base(n);              // L
+    int32_t rounds = 0;
+    {
+      std::vector<v4::MtpInput> in(n);
+      std::vector<std::vector<float>> rows(n);
+      std::vector<int32_t> toks(n);
+      for (size_t i = 0; i < n; ++i) {
+        const DraftItem& it = items[i];
+        DSINFER_CHECK(it.count >= 1 && it.count <= info_.max_draft_tokens, "draft: ", it.count,
+                      " drafts asked, the model allows 1 to ", info_.max_draft_tokens);
+        auto& s = seq(*it.seq);
+        const int64_t p = s.state->length() - 1;
+        DSINFER_CHECK(s.state->mtp_length() == p, "draft: MTP rows at ", s.state->mtp_length(), ", expected ", p);
+        base[i] = p + 1;
+        rows[i] = hidden_row(s, p, nullptr);
+        toks[i] = it.last_token;
+        in[i].state = s.state.get();
+        in[i].hidden = rows[i];
+        in[i].tokens = std::span<const int32_t>(&toks[i], 1);
+        in[i].logits = v4::LogitRows::kLast;
+        in[i].want_hidden = it.count > 1;
+        rounds = std::max(rounds, it.count);
+      }
+      std::vector<v4::SequenceOutput> out(n);
+      model_->mtp_forward(in, out);
+      for (size_t i = 0; i < n; ++i) {
+        drafts[i].push_back(argmax(out[i].logits));
+        chain[i] = std::move(out[i].hidden);
+      }
     }
-    std::vector<v4::SequenceOutput> out(items.size());
-    model_->mtp_forward(in, out);
-    std::vector<int32_t> drafts;
-    for (const auto& o : out) drafts.push_back(argmax(o.logits));
-    return drafts;
+    for (int32_t j = 2; j <= rounds; ++j) {
+      std::vector<size_t> who;
+      for (size_t i = 0; i < n; ++i) {
+        if (items[i].count >= j) who.push_back(i);
+      }
+      std::vector<v4::MtpInput> in(who.size());
+      for (size_t w = 0; w < who.size(); ++w) {
+        const size_t i = who[w];
+        in[w].state = seq(*items[i].seq).state.get();
+        in[w].hidden = std::span<const float>(chain[i].data(), static_cast<size_t>(j - 1) * hc_dim_);
+        in[w].tokens = drafts[i];  // d1 .. d_{j-1}
+        in[w].logits = v4::LogitRows::kLast;
+        in[w].want_hidden = items[i].count > j;
+      }
+      std::vector<v4::SequenceOutput> out(who.size());
+      model_->mtp_forward(in, out);
+      for (size_t w = 0; w < who.size(); ++w) {
+        const size_t i = who[w];
+        seq(*items[i].seq).state->truncate_mtp(base[i]);
+        drafts[i].push_back(argmax(out[w].logits));
+        if (items[i].count > j) {
+          const auto& h = out[w].hidden;
+          chain[i].insert(chain[i].end(), h.end() - hc_dim_, h.end());
+        }
+      }
+    }
+    std::vector<int32_t> flat;
+    for (const auto& d : drafts) flat.insert(flat.end(), d.begin(), d.end());
+    return flat;
   }
 
  private:

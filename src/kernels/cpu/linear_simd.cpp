@@ -475,30 +475,36 @@ void StreamRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, i
   StreamRange<Fmt, MR, StreamGroup<MR>()>(w, pb, pe, x, ldx, y, ldy, row_lo, row_hi);
 }
 
-// Largest |x| over M rows of K (NaN compares false, so a NaN row reports what the others give; the
-// caller treats a NaN/inf x by its own check).
+// Largest |x| over M rows of K, or infinity when some x is not finite (then the caller keeps the
+// exact weight decode: the x-scaling shortcut is only taken for finite x).
 float MaxAbs(const float* x, int64_t M, int64_t ldx, int64_t K) {
   const DF df;
+  const VF big = hn::Set(df, 3.4028234663852886e38f);
   auto m = hn::Zero(df);
-  bool finite = true;
+  auto bad = hn::Zero(df);  // lanes that saw inf or NaN: all bits set
   for (int64_t r = 0; r < M; ++r) {
     const float* row = x + r * ldx;
     int64_t k = 0;
-    for (; k + static_cast<int64_t>(kN) <= K; k += kN) m = hn::Max(m, hn::Abs(hn::LoadU(df, row + k)));
+    for (; k + static_cast<int64_t>(kN) <= K; k += kN) {
+      const VF a = hn::Abs(hn::LoadU(df, row + k));
+      const auto finite = hn::Le(a, big);  // false for inf and NaN
+      m = hn::Max(m, hn::IfThenElseZero(finite, a));
+      bad = hn::Or(bad, hn::IfThenZeroElse(finite, hn::BitCast(df, hn::Set(hn::RebindToSigned<DF>(), -1))));
+    }
     for (; k < K; ++k) {
       const float a = std::fabs(row[k]);
-      if (!(a <= 3.0e38f)) finite = false;
+      if (!(a <= 3.4028234663852886e38f)) return INFINITY;
       m = hn::Max(m, hn::Set(df, a));
     }
   }
+  if (!hn::AllTrue(hn::RebindToSigned<DF>(), hn::Eq(hn::BitCast(hn::RebindToSigned<DF>(), bad),
+                                                     hn::Zero(hn::RebindToSigned<DF>()))))
+    return INFINITY;
   HWY_ALIGN float lanes[kN];
   hn::Store(m, df, lanes);
   float r = 0.0f;
-  for (size_t i = 0; i < kN; ++i) {
-    if (!(lanes[i] <= 3.0e38f)) finite = false;
-    r = std::max(r, lanes[i]);
-  }
-  return finite ? r : INFINITY;
+  for (size_t i = 0; i < kN; ++i) r = std::max(r, lanes[i]);
+  return r;
 }
 
 // ---- gemm schedule ----

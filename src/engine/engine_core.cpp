@@ -103,22 +103,10 @@ void EngineCore::cancel(RequestId id) {
   finish(r, FinishReason::kCancelled);
 }
 
-void EngineCore::cancel_all(const std::string& why) {
+void EngineCore::cancel_all() {
   std::vector<RequestId> ids;
   for (auto& [id, r] : requests_) ids.push_back(id);
-  for (RequestId id : ids) {
-    auto it = requests_.find(id);
-    if (it == requests_.end()) continue;
-    Request& r = *it->second;
-    if (r.state == Request::State::kFinished) continue;
-    if (r.state == Request::State::kRunning) {
-      r.cancel_requested = true;
-    } else if (why.empty()) {
-      finish(r, FinishReason::kCancelled);
-    } else {
-      finish(r, FinishReason::kError, why);
-    }
-  }
+  for (RequestId id : ids) cancel(id);
 }
 
 // ---- KV accounting ------------------------------------------------------------------------------
@@ -411,7 +399,6 @@ void EngineCore::launch(StepPlan& p) {
     r.chain.assign(a.match.nodes.begin(), a.match.nodes.begin() + a.use_blocks);
     a.match = {};
     blocks.clear();
-    r.exact = a.use_blocks == 0 || a.with_snapshot;
     if (a.use_blocks > 0) ++(a.with_snapshot ? exact_hits_ : replay_hits_);
     if (!r.cache_counted) {
       r.cached_tokens = r.fed;
@@ -700,7 +687,6 @@ void EngineCore::preempt(Request& r) {
   release_kv(r);
   remove_running(&r);
   r.state = Request::State::kWaiting;
-  r.exact = true;
   waiting_.push_front(&r);
   ++preempted_total_;
 }

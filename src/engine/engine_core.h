@@ -71,7 +71,7 @@ class EngineCore {
   SubmitResult check(const RequestSpec& spec) const;
   void add(std::unique_ptr<Request> request);
   void cancel(RequestId id);
-  void cancel_all(const std::string& why);
+  void cancel_all();
 
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   // Called when a plan came out empty: with nothing running no later plan can differ, so the request

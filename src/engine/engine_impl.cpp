@@ -142,7 +142,7 @@ class EngineImpl final : public Engine {
     }
     for (auto& r : inbox) core_.add(std::move(r));
     for (RequestId id : cancels) core_.cancel(id);
-    if (cancel_all) core_.cancel_all("");
+    if (cancel_all) core_.cancel_all();
     waiting_.store(static_cast<int64_t>(core_.waiting()));
     return stopping;
   }

@@ -197,11 +197,5 @@ void PrefixCache::enforce_capacity() {
   if (bytes_ > capacity_) evict(bytes_ - capacity_);
 }
 
-void PrefixCache::set_capacity(int64_t capacity_bytes) {
-  capacity_ = capacity_bytes;
-  enforce_capacity();
-}
-
-void PrefixCache::clear_unreferenced() { evict(bytes_); }
 
 }  // namespace dsinfer::engine

@@ -60,8 +60,6 @@ class PrefixCache {
   // unreferenced nodes form whole subtrees and all of them can be evicted leaf by leaf; snapshots of
   // referenced nodes can be dropped too (eviction takes them last).
   int64_t evictable_bytes() const { return unreferenced_bytes_ + referenced_snapshot_bytes_; }
-  void set_capacity(int64_t capacity_bytes);
-  void clear_unreferenced();
 
   int64_t bytes() const { return bytes_; }
   int64_t nodes() const { return static_cast<int64_t>(nodes_.size()); }

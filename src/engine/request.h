@@ -40,7 +40,6 @@ struct Request {
   // Prefix cache: chain[i] is the cache node of block i (attached or published), each acquired.
   std::vector<uint64_t> chain;
   bool publish_stopped = false;  // the chain broke (parent evicted): publish nothing more
-  bool exact = true;             // no SWA replay in this sequence's history
   std::shared_ptr<const WindowSnapshot> latest_snapshot;  // private, at a block boundary
   int64_t cached_tokens = 0;     // prompt tokens not computed thanks to the cache (first admission)
   bool cache_counted = false;
@@ -59,7 +58,6 @@ struct Request {
   bool first_token_sent = false;
   bool preempt_pending = false;
 
-  bool has_pending() const { return generated > 0 && finish == FinishReason::kNone; }
   // Positions to prefill before decoding: the prompt, or everything but the pending token after a
   // preemption.
   int64_t prefill_target() const {

@@ -495,7 +495,7 @@ void EngineCore::execute(StepPlan& p) {
   for (size_t i = 0; i < p.entries.size(); ++i) {
     if (row_of[i] >= 0) sampling.push_back(i);
   }
-  core::ThreadPool::global().run(static_cast<int64_t>(sampling.size()), [&](int64_t task, int) {
+  model_->pool().run(static_cast<int64_t>(sampling.size()), [&](int64_t task, int) {
     StepEntry& e = p.entries[sampling[task]];
     const Request& r = *e.req;
     const std::span<const float> all(logits.data() + row_of[sampling[task]] * V,

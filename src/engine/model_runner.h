@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
+
 namespace dsinfer::engine {
 
 // The sizes and rules the engine plans with. Byte figures are what the model really allocates, so the
@@ -71,6 +73,9 @@ class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
   virtual const ModelInfo& info() const = 0;
+
+  // The threads the model computes on; the engine samples on the same ones, never beside them.
+  virtual core::ThreadPool& pool() { return core::ThreadPool::global(); }
 
   // Called once by the engine before any other call: whether drafts will be asked for (a model may
   // skip drafter work otherwise) and whether results must not depend on the batch.

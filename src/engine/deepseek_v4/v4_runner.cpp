@@ -70,6 +70,7 @@ class V4Runner final : public ModelRunner {
   }
 
   const ModelInfo& info() const override { return info_; }
+  core::ThreadPool& pool() override { return model_->pool(); }
 
   void prepare(bool speculation, bool batch_invariant) override {
     mtp_ = speculation && model_->shape().has_mtp;

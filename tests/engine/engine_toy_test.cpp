@@ -257,11 +257,12 @@ TEST(EngineToy, BatchInvarianceOverRandomSchedules) {
     int32_t batch_tokens, running;
     bool overlap, cache;
     int64_t budget;
+    bool invariant = true;  // off: chunks fill the budget (the synthetic model is invariant regardless)
   };
   const std::vector<Setup> setups = {
-      {1, 1, false, false, 1 << 24},  {7, 3, true, true, 1 << 24},    {16, 8, false, true, 1 << 24},
+      {1, 1, false, false, 1 << 24},  {7, 3, true, true, 1 << 24},     {16, 8, false, true, 1 << 24},
       {64, 32, true, true, 1 << 24},  {1000, 5, true, false, 1 << 24}, {33, 16, true, true, 12000},
-      {200, 24, false, true, 9000},
+      {200, 24, false, true, 9000},   {23, 6, true, true, 1 << 24, false},
   };
   int64_t preempted = 0;
   for (const Setup& st : setups) {
@@ -272,6 +273,7 @@ TEST(EngineToy, BatchInvarianceOverRandomSchedules) {
     o.prefix_cache = st.cache;
     o.swa_replay = false;  // replay is approximate by design; tested separately
     o.kv_budget_bytes = st.budget;
+    o.batch_invariant = st.invariant;
     auto model = std::make_shared<ToyModel>(cfg);
     auto engine = make_engine(model, o);
     std::vector<size_t> order(specs.size());
@@ -281,7 +283,8 @@ TEST(EngineToy, BatchInvarianceOverRandomSchedules) {
     ASSERT_EQ(out.size(), specs.size()) << "timed out";
     const std::string where = "batch_tokens " + std::to_string(st.batch_tokens) + " running " +
                               std::to_string(st.running) + " overlap " + std::to_string(st.overlap) + " cache " +
-                              std::to_string(st.cache) + " budget " + std::to_string(st.budget);
+                              std::to_string(st.cache) + " budget " + std::to_string(st.budget) + " invariant " +
+                              std::to_string(st.invariant);
     for (size_t i = 0; i < specs.size(); ++i) expect_same(out[i], want[i], where + " request " + std::to_string(i));
     EXPECT_LE(model->max_step_tokens(), st.batch_tokens) << where;
     EXPECT_LE(model->peak_bytes(), st.budget) << where;

@@ -87,7 +87,8 @@ int run_serve(int argc, char** argv) {
   args.option("write-timeout", "SECONDS", "a client that reads nothing for this long is dropped (its request cancelled)",
               "60");
   args.option("shutdown-timeout", "SECONDS", "on SIGINT/SIGTERM, time in-flight requests get to finish", "30");
-  args.option("io-threads", "N", "threads for network I/O and protocol work", "2");
+  args.option("io-threads", "N", "threads for network I/O and streaming output", "2");
+  args.option("prep-threads", "N", "threads that convert, render and encode incoming requests", "2");
   args.option("prompt-version", "v4|v41", "prompt template: V4 or V4.1", "v4");
   args.flag("no-thinking", "requests that do not choose get thinking mode off (default: on, as deepseek-recipe)");
   args.option("kv-budget-mb", "MB", "KV memory budget of the engine", "4096");
@@ -126,6 +127,7 @@ int run_serve(int argc, char** argv) {
   opt.max_concurrent_requests = static_cast<int>(positive_int(args, "max-concurrent-requests"));
   opt.retry_after_seconds = static_cast<int>(positive_int(args, "retry-after", 0));
   opt.io_threads = static_cast<int>(positive_int(args, "io-threads"));
+  opt.prep_threads = static_cast<int>(positive_int(args, "prep-threads"));
   const std::string pv = args.get("prompt-version");
   DSINFER_CHECK(pv == "v4" || pv == "v41" || pv == "v4.1", "dsinfer serve: --prompt-version must be v4 or v41, got '",
                 pv, "'");

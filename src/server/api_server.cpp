@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "core/log.h"
 #include "recipe/conversion_error.h"
@@ -237,6 +238,7 @@ ApiServer::ApiServer(ApiServerOptions options, engine::Engine& engine, const tok
   created_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
                       std::chrono::system_clock::now().time_since_epoch()).count();
   register_metrics();
+  prep_pool_ = std::make_unique<boost::asio::thread_pool>(static_cast<size_t>(std::max(1, options_.prep_threads)));
   http_ = std::make_unique<HttpServer>(
       options_.http, [this](std::shared_ptr<Exchange> ex) { handle(std::move(ex)); },
       [](int status, std::string_view path, std::string_view message) {
@@ -415,13 +417,14 @@ void ApiServer::handle_generation(const std::shared_ptr<Exchange>& ex, int route
                        core::str_cat("too many concurrent requests (limit ", options_.max_concurrent_requests, ")"),
                        "rate_limit_exceeded", {{"Retry-After", std::to_string(options_.retry_after_seconds)}});
   }
-  bool slot_owned = true;
-  auto release_slot = [&] {
-    if (slot_owned) active_calls_.fetch_sub(1);
-    slot_owned = false;
-  };
+  // Conversion, rendering and encoding of a large prompt can take a while: done off the io threads so
+  // that other connections keep streaming.
+  boost::asio::post(*prep_pool_, [this, ex, route] { prepare(ex, route); });
+}
+
+void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
   auto fail = [&](int status, const std::string& body, const char* reason, HeaderList headers = {}) {
-    release_slot();
+    active_calls_.fetch_sub(1);
     rejected_->add({{"reason", reason}});
     reply_json(ex, route, status, body, std::move(headers));
   };
@@ -588,10 +591,24 @@ void ApiServer::handle_generation(const std::shared_ptr<Exchange>& ex, int route
   }
 
   call->prompt_tokens = static_cast<int64_t>(spec.prompt_ids.size());
-  std::weak_ptr<Call> weak = call;
-  ex->on_disconnect([weak] {
-    if (auto c = weak.lock()) c->on_client_gone();
-  });
+  boost::asio::post(ex->executor(), [this, call, spec = std::move(spec)]() mutable { submit(call, std::move(spec)); });
+}
+
+// On the connection's strand, so that the disconnect notification cannot interleave with it.
+void ApiServer::submit(const std::shared_ptr<Call>& call, engine::RequestSpec spec) {
+  const auto& ex = call->ex;
+  const int route = call->route;
+  const ErrorFlavor flavor = flavor_of(route);
+  auto fail = [&](int status, const std::string& body, const char* reason, HeaderList headers = {}) {
+    active_calls_.fetch_sub(1);
+    rejected_->add({{"reason", reason}});
+    reply_json(ex, route, status, body, std::move(headers));
+  };
+  if (ex->disconnected()) {  // the client left while the request was prepared
+    active_calls_.fetch_sub(1);
+    cancelled_->add({{"route", kRouteNames[route]}, {"why", "client_disconnect"}});
+    return;
+  }
   auto strand = ex->executor();
   engine::SubmitResult r = engine_.submit(std::move(spec), [call, strand](const engine::TokenEvent& ev) {
     boost::asio::post(strand, [call, ev] { call->on_event(ev); });
@@ -609,12 +626,15 @@ void ApiServer::handle_generation(const std::shared_ptr<Exchange>& ex, int route
         return fail(400, error_body(flavor, ApiError{400, r.message, "", "", {}}), "invalid");
     }
   }
-  slot_owned = false;  // the call owns it now
-  call->id = r.id;
+  call->id = r.id;  // the call owns the slot now
   {
     std::lock_guard lock(calls_mu_);
     calls_[call.get()] = call;
   }
+  std::weak_ptr<Call> weak = call;
+  ex->on_disconnect([weak] {
+    if (auto c = weak.lock()) c->on_client_gone();
+  });
   if (call->stream)
     ex->start_stream(200, "text/event-stream",
                      {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}, {"X-Request-Id", call->response_id}});
@@ -652,6 +672,7 @@ void ApiServer::shutdown(std::chrono::milliseconds drain) {
     if (!http_->wait_no_exchanges(std::chrono::seconds(10)))
       DSINFER_LOG_WARN("server: requests still open 10 s after cancelling them; closing their connections");
   }
+  prep_pool_->join();  // nothing is posted to it any more: the HTTP layer stopped taking requests
   engine_.shutdown(false);
   http_->stop();
 }

@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <boost/asio/thread_pool.hpp>
+
 #include "engine/engine.h"
 #include "recipe/convert.h"
 #include "recipe/prompt.h"
@@ -32,6 +34,7 @@ struct ApiServerOptions {
   std::string api_key;   // empty: no authentication
   HttpLimits http;
   int io_threads = 2;
+  int prep_threads = 2;            // threads that convert, render and encode requests
   int64_t max_prompt_tokens = 0;   // 0: what the engine's context allows
   int64_t max_output_tokens = 0;   // cap on max_tokens; 0: what the context allows
   int max_concurrent_requests = 1024;  // generation requests in flight; beyond it 429
@@ -67,6 +70,8 @@ class ApiServer {
  private:
   void handle(std::shared_ptr<Exchange> ex);
   void handle_generation(const std::shared_ptr<Exchange>& ex, int route);
+  void prepare(const std::shared_ptr<Exchange>& ex, int route);  // on prep_pool_
+  void submit(const std::shared_ptr<Call>& call, engine::RequestSpec spec);  // on the strand
   void reply_error(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& message,
                    const std::string& code = "", HeaderList headers = {});
   void reply_json(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& body,
@@ -82,6 +87,7 @@ class ApiServer {
   engine::Engine& engine_;
   const tokenizer::Tokenizer& tokenizer_;
   recipe::PromptEncoder encoder_;
+  std::unique_ptr<boost::asio::thread_pool> prep_pool_;
   std::unique_ptr<HttpServer> http_;
   MetricsRegistry metrics_;
   std::atomic<int> active_calls_{0};

@@ -10,12 +10,17 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
+// GCC 12 reports a boost::optional inside Beast's parser as maybe-uninitialized at -O1/-O2 (a false
+// positive in Boost's header).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 #include <boost/beast/http/string_body.hpp>
+#pragma GCC diagnostic pop
 
 #include "core/error.h"
 #include "core/log.h"

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/steady_timer.hpp>
 #include <future>
 #include <thread>
 
@@ -18,6 +19,7 @@ using testing::TestClient;
 struct Fixture {
   std::promise<void> disconnected;
   std::atomic<int> handled{0};
+  std::atomic<bool> gate_open{true};  // /tick streams wait for it before their first event
   std::unique_ptr<HttpServer> server;
   std::mutex threads_mu;
   std::vector<std::thread> threads;  // joined before the server goes: they hold exchanges
@@ -59,6 +61,32 @@ struct Fixture {
         for (int i = 0; i < 4096 && !ex->disconnected(); ++i) ex->write(block);
         ex->end_stream();
       });
+    } else if (req.path == "/tick") {
+      // A stream driven by a timer on the connection's strand: no thread per request.
+      int n = std::stoi(req.target.substr(req.target.find('=') + 1));
+      ex->start_stream(200, "text/event-stream");
+      auto timer = std::make_shared<boost::asio::steady_timer>(ex->executor());
+      auto step = std::make_shared<std::function<void(int)>>();
+      *step = [this, ex, timer, step, n](int i) {
+        if (i == 0 && !gate_open.load()) {
+          timer->expires_after(std::chrono::milliseconds(5));
+          timer->async_wait([step](boost::system::error_code) {
+            if (*step) (*step)(0);
+          });
+          return;
+        }
+        if (i == n) {
+          ex->end_stream();
+          *step = nullptr;  // breaks the self-reference
+          return;
+        }
+        ex->write("data: " + std::to_string(i) + "\n\n");
+        timer->expires_after(std::chrono::milliseconds(2));
+        timer->async_wait([step, i](boost::system::error_code) {
+          if (*step) (*step)(i + 1);
+        });
+      };
+      (*step)(0);
     } else if (req.path == "/hold") {
       ex->on_disconnect([this] { disconnected.set_value(); });
     } else if (req.path == "/throw") {
@@ -107,6 +135,30 @@ TEST(HttpServer, StreamIsChunkedAndComplete) {
   // The connection is still usable after the stream.
   c.send(http_request("POST", "/echo", "after"));
   EXPECT_EQ(c.read_response().body(), "after");
+}
+
+TEST(HttpServer, HoldsManyConcurrentStreamsOnTwoThreads) {
+  Fixture f;
+  f.gate_open = false;
+  constexpr int kClients = 400, kEvents = 50;
+  std::vector<std::unique_ptr<TestClient>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.push_back(std::make_unique<TestClient>(f.server->port()));
+    clients.back()->send(http_request("GET", "/tick?n=" + std::to_string(kEvents)));
+  }
+  // Every request is in flight at once before any stream starts.
+  for (int i = 0; i < 4000 && f.handled.load() < kClients; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(f.handled.load(), kClients);
+  EXPECT_EQ(f.server->stats().in_flight.load(), kClients);
+  EXPECT_EQ(f.server->stats().open_connections.load(), kClients);
+  f.gate_open = true;
+  std::string expected;
+  for (int i = 0; i < kEvents; ++i) expected += "data: " + std::to_string(i) + "\n\n";
+  for (auto& c : clients) {
+    auto r = c->read_response();
+    EXPECT_EQ(r.result_int(), 200);
+    EXPECT_EQ(r.body(), expected);
+  }
 }
 
 TEST(HttpServer, Http10StreamEndsWithTheConnection) {

@@ -26,13 +26,20 @@ export function env(name) {
   return v;
 }
 
+// The environment of a server under test: quiet logs, and no API key from the developer's shell.
+export function serverEnv(extra = {}) {
+  const e = { ...process.env, DSINFER_LOG: process.env.DSINFER_LOG || 'warn', ...extra };
+  delete e.DSINFER_API_KEY;
+  return e;
+}
+
 // Starts a server; resolves once it printed its ready line. `args` are extra `dsinfer serve` flags.
 export async function startServer(args = [], { readyTimeoutMs = 300000 } = {}) {
   const bin = env('DSINFER_BIN');
   const model = env('DSINFER_E2E_MODEL');
   const proc = spawn(bin, ['serve', '--model', model, '--port', '0', '--served-model-name', MODEL, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, DSINFER_LOG: process.env.DSINFER_LOG || 'warn' },
+    env: serverEnv(),
   });
   let out = '';
   let err = '';

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import { startServer, MODEL, npm, env, waitFor, metrics } from './harness.mjs';
+import { startServer, MODEL, npm, env, waitFor, metrics, serverEnv } from './harness.mjs';
 
 const OpenAI = npm('openai');
 const Anthropic = npm('@anthropic-ai/sdk');
@@ -106,7 +106,7 @@ test('SIGTERM past the drain time ends long streams with an error event, exit co
 test('a bare `dsinfer serve` generates the embedded tiny model once and serves it', async () => {
   const home = `${env('DSINFER_HOME')}-${process.pid}`;
   const run = () => new Promise((resolve, reject) => {
-    const proc = spawn(env('DSINFER_BIN'), ['serve', '--port', '0'], { env: { ...process.env, DSINFER_HOME: home }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(env('DSINFER_BIN'), ['serve', '--port', '0'], { env: serverEnv({ DSINFER_HOME: home }), stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     proc.stderr.on('data', (d) => { err += d; });

@@ -33,6 +33,7 @@ namespace {
 using engine::Engine;
 using engine::EngineOptions;
 using engine::RequestSpec;
+using engine::fixed_length_greedy;
 using engine::TokenEvent;
 using Clock = std::chrono::steady_clock;
 
@@ -102,15 +103,6 @@ std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int32_t vocab) {
   std::vector<int32_t> v(n);
   for (auto& x : v) x = 2 + static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 2));
   return v;
-}
-
-RequestSpec make_spec(std::vector<int32_t> prompt, int32_t max_tokens) {
-  RequestSpec s;
-  s.prompt_ids = std::move(prompt);
-  s.max_tokens = max_tokens;
-  s.sampling.temperature = 0;
-  s.ignore_eos = true;
-  return s;
 }
 
 std::vector<int64_t> parse_list(const std::string& text) {
@@ -205,8 +197,8 @@ int run_bench_serve(int argc, char** argv) {
       o.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(2048, b * len));
       auto engine = engine::make_engine(model, o);
       std::vector<RequestSpec> specs;
-      for (int64_t i = 0; i < b; ++i) specs.push_back(make_spec(random_ids(rng, len, vocab), 1));
-      run_batch(*engine, {make_spec(random_ids(rng, 16, vocab), 1)});  // warm-up
+      for (int64_t i = 0; i < b; ++i) specs.push_back(fixed_length_greedy(random_ids(rng, len, vocab), 1));
+      run_batch(*engine, {fixed_length_greedy(random_ids(rng, 16, vocab), 1)});  // warm-up
       const auto t0 = Clock::now();
       auto t = run_batch(*engine, specs);
       Clock::time_point end = t0;
@@ -238,7 +230,8 @@ int run_bench_serve(int argc, char** argv) {
     auto engine = engine::make_engine(model, o);
     const int32_t n = static_cast<int32_t>(args.get_int("decode-tokens"));
     std::vector<RequestSpec> specs;
-    for (int64_t i = 0; i < c; ++i) specs.push_back(make_spec(random_ids(rng, args.get_int("decode-prompt"), vocab), n));
+    for (int64_t i = 0; i < c; ++i)
+      specs.push_back(fixed_length_greedy(random_ids(rng, args.get_int("decode-prompt"), vocab), n));
     const double cpu0 = cpu_seconds();
     auto t = run_batch(*engine, specs, callback_us);
     DecodeResult r;
@@ -353,7 +346,7 @@ int run_bench_serve(int argc, char** argv) {
     for (int64_t turn = 1; turn <= turns; ++turn) {
       auto user = random_ids(rng, args.get_int("turn-len"), vocab);
       conversation.insert(conversation.end(), user.begin(), user.end());
-      RequestSpec s = make_spec(conversation, answer);
+      RequestSpec s = fixed_length_greedy(conversation, answer);
       auto cold = run_batch(*cold_engine, {s});
       auto warm = run_batch(*cached_engine, {s});
       const double tc = since(cold[0].submitted, cold[0].first), tw = since(warm[0].submitted, warm[0].first);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dsinfer::engine {
@@ -34,6 +35,16 @@ struct RequestSpec {
   bool ignore_eos = false;
   std::string traffic_class = "default";  // for cache TTLs and metrics
 };
+
+// A greedy request that ignores EOS, so it produces exactly max_tokens tokens (benchmarks, tests).
+inline RequestSpec fixed_length_greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
+  RequestSpec s;
+  s.prompt_ids = std::move(prompt);
+  s.max_tokens = max_tokens;
+  s.sampling.temperature = 0;
+  s.ignore_eos = true;
+  return s;
+}
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 

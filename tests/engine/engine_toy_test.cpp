@@ -21,15 +21,6 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int n, int vocab) {
   return p;
 }
 
-RequestSpec greedy_spec(std::vector<int32_t> prompt, int max_tokens) {
-  RequestSpec s;
-  s.prompt_ids = std::move(prompt);
-  s.max_tokens = max_tokens;
-  s.sampling.temperature = 0;
-  s.ignore_eos = true;
-  return s;
-}
-
 EngineOptions small_options() {
   EngineOptions o;
   o.kv_budget_bytes = 1 << 24;
@@ -49,8 +40,8 @@ TEST(EngineToy, GreedyAndSampledMatchTheReference) {
   ToyModel reference(cfg);
   auto model = std::make_shared<ToyModel>(cfg);
   std::mt19937 rng(1);
-  std::vector<RequestSpec> specs = {greedy_spec(random_prompt(rng, 20, cfg.vocab), 30)};
-  RequestSpec sampled = greedy_spec(random_prompt(rng, 37, cfg.vocab), 25);
+  std::vector<RequestSpec> specs = {fixed_length_greedy(random_prompt(rng, 20, cfg.vocab), 30)};
+  RequestSpec sampled = fixed_length_greedy(random_prompt(rng, 37, cfg.vocab), 25);
   sampled.sampling.temperature = 0.9f;
   sampled.sampling.top_k = 10;
   sampled.sampling.seed = 5;
@@ -72,7 +63,7 @@ TEST(EngineToy, StopConditions) {
   ToyConfig cfg;
   ToyModel reference(cfg);
   std::mt19937 rng(2);
-  RequestSpec base = greedy_spec(random_prompt(rng, 10, cfg.vocab), 12);
+  RequestSpec base = fixed_length_greedy(random_prompt(rng, 10, cfg.vocab), 12);
   const Outcome free_run = expected_outcome(reference, base, cfg.eos);
   ASSERT_EQ(free_run.tokens.size(), 12u);
   auto model = std::make_shared<ToyModel>(cfg);
@@ -113,27 +104,27 @@ TEST(EngineToy, SubmitRejectsBadRequestsWithReasons) {
   auto engine = make_engine(std::make_shared<ToyModel>(cfg), small_options());
   EXPECT_EQ(engine->max_context(), 100);
   auto cb = [](const TokenEvent&) {};
-  RequestSpec s = greedy_spec({5, 6, 7}, 5);
+  RequestSpec s = fixed_length_greedy({5, 6, 7}, 5);
   s.prompt_ids[1] = cfg.vocab;
   SubmitResult r = engine->submit(s, cb);
   EXPECT_EQ(r.status, SubmitStatus::kInvalid);
   EXPECT_NE(r.message.find("prompt_ids[1]"), std::string::npos) << r.message;
-  s = greedy_spec({}, 5);
+  s = fixed_length_greedy({}, 5);
   EXPECT_EQ(engine->submit(s, cb).status, SubmitStatus::kInvalid);
-  s = greedy_spec({5}, 0);
+  s = fixed_length_greedy({5}, 0);
   EXPECT_EQ(engine->submit(s, cb).status, SubmitStatus::kInvalid);
-  s = greedy_spec({5}, 5);
+  s = fixed_length_greedy({5}, 5);
   s.sampling.top_p = 1.5f;
   r = engine->submit(s, cb);
   EXPECT_EQ(r.status, SubmitStatus::kInvalid);
   EXPECT_NE(r.message.find("top_p"), std::string::npos);
-  s = greedy_spec(std::vector<int32_t>(90, 3), 20);
+  s = fixed_length_greedy(std::vector<int32_t>(90, 3), 20);
   EXPECT_EQ(engine->submit(s, cb).status, SubmitStatus::kTooLong);
   // A request that could never fit the KV budget is refused up front.
   EngineOptions tight = small_options();
   tight.kv_budget_bytes = 3000;
   auto tight_engine = make_engine(std::make_shared<ToyModel>(cfg), tight);
-  r = tight_engine->submit(greedy_spec(std::vector<int32_t>(50, 3), 40), cb);
+  r = tight_engine->submit(fixed_length_greedy(std::vector<int32_t>(50, 3), 40), cb);
   EXPECT_EQ(r.status, SubmitStatus::kTooLong);
   EXPECT_NE(r.message.find("KV"), std::string::npos);
 }
@@ -149,7 +140,7 @@ TEST(EngineToy, QueueLimitAndCancellation) {
   std::vector<RequestId> ids;
   int full = 0;
   for (int i = 0; i < 5; ++i) {
-    SubmitResult r = engine->submit(greedy_spec({3, 4, 5, 6}, 3000), c.callback(i));
+    SubmitResult r = engine->submit(fixed_length_greedy({3, 4, 5, 6}, 3000), c.callback(i));
     if (r.status == SubmitStatus::kQueueFull) {
       ++full;
       EXPECT_NE(r.message.find("queue"), std::string::npos);
@@ -175,7 +166,7 @@ TEST(EngineToy, QueueLimitAndCancellation) {
   EXPECT_EQ(m.running, 0);
   EXPECT_EQ(m.waiting, 0);
   EXPECT_EQ(m.kv_bytes_used, m.extra.at("prefix_cache_bytes"));  // only the cache holds KV now
-  EXPECT_EQ(engine->submit(greedy_spec({3}, 1), c.callback(9)).status, SubmitStatus::kShuttingDown);
+  EXPECT_EQ(engine->submit(fixed_length_greedy({3}, 1), c.callback(9)).status, SubmitStatus::kShuttingDown);
 }
 
 TEST(EngineToy, CancelFromTheCallbackMidStream) {
@@ -189,7 +180,7 @@ TEST(EngineToy, CancelFromTheCallbackMidStream) {
   RequestId id = 0;
   std::atomic<bool> cancelled{false};
   Engine* e = engine.get();
-  SubmitResult r = engine->submit(greedy_spec({3, 4, 5}, 4000), [&](const TokenEvent& ev) {
+  SubmitResult r = engine->submit(fixed_length_greedy({3, 4, 5}, 4000), [&](const TokenEvent& ev) {
     std::lock_guard<std::mutex> lock(mu);
     got += ev.tokens.size();
     if (got >= 5 && !cancelled.exchange(true)) e->cancel(ev.id);
@@ -213,7 +204,7 @@ TEST(EngineToy, ShutdownWithoutDrainCancelsEverything) {
   auto engine = make_engine(model, small_options());
   Collector c;
   c.expect(6);
-  for (int i = 0; i < 6; ++i) engine->submit(greedy_spec({3, 4, 5}, 4000), c.callback(i));
+  for (int i = 0; i < 6; ++i) engine->submit(fixed_length_greedy({3, 4, 5}, 4000), c.callback(i));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   engine->shutdown(false);
   ASSERT_TRUE(c.wait());
@@ -238,7 +229,7 @@ TEST(EngineToy, BatchInvarianceOverRandomSchedules) {
       prompt.insert(prompt.end(), tail.begin(), tail.end());
     }
     if (i % 3 == 2) prompt = random_prompt(rng, 1 + static_cast<int>(rng() % 70), cfg.vocab);
-    RequestSpec s = greedy_spec(prompt, 1 + static_cast<int>(rng() % 40));
+    RequestSpec s = fixed_length_greedy(prompt, 1 + static_cast<int>(rng() % 40));
     if (rng() % 2) {
       s.sampling.temperature = 0.7f + 0.1f * static_cast<float>(rng() % 6);
       s.sampling.top_p = (rng() % 2) ? 0.9f : 1.0f;
@@ -311,7 +302,7 @@ TEST(EngineToy, PreemptionKeepsOutputsAndTheBudget) {
   std::mt19937 rng(8);
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 6; ++i) {
-    RequestSpec s = greedy_spec(random_prompt(rng, 16, cfg.vocab), 100);
+    RequestSpec s = fixed_length_greedy(random_prompt(rng, 16, cfg.vocab), 100);
     if (i % 2) {
       s.sampling.temperature = 1.0f;
       s.sampling.seed = 100 + i;
@@ -348,7 +339,7 @@ TEST(EngineToy, RepeatedPromptResumesExactlyFromASnapshot) {
   o.swa_replay = false;
   auto engine = make_engine(model, o);
   std::mt19937 rng(4);
-  RequestSpec turn1 = greedy_spec(random_prompt(rng, 50, cfg.vocab), 20);
+  RequestSpec turn1 = fixed_length_greedy(random_prompt(rng, 50, cfg.vocab), 20);
   auto a = run_all(*engine, {turn1});
   const int64_t fed_cold = model->tokens_fed();
   auto b = run_all(*engine, {turn1});
@@ -381,7 +372,7 @@ TEST(EngineToy, SharedPrefixWithoutSnapshotUsesBoundedReplay) {
   auto engine = make_engine(model, small_options());
   std::mt19937 rng(5);
   const auto system = random_prompt(rng, 64, cfg.vocab);
-  RequestSpec a = greedy_spec(system, 5), b = greedy_spec(system, 30);
+  RequestSpec a = fixed_length_greedy(system, 5), b = fixed_length_greedy(system, 30);
   auto ta = random_prompt(rng, 40, cfg.vocab), tb = random_prompt(rng, 40, cfg.vocab);
   a.prompt_ids.insert(a.prompt_ids.end(), ta.begin(), ta.end());
   b.prompt_ids.insert(b.prompt_ids.end(), tb.begin(), tb.end());
@@ -427,7 +418,7 @@ TEST(EngineToy, MetricsAccountTokensAndMemory) {
   auto engine = make_engine(model, o);
   std::mt19937 rng(6);
   std::vector<RequestSpec> specs;
-  for (int i = 0; i < 6; ++i) specs.push_back(greedy_spec(random_prompt(rng, 30, cfg.vocab), 10));
+  for (int i = 0; i < 6; ++i) specs.push_back(fixed_length_greedy(random_prompt(rng, 30, cfg.vocab), 10));
   auto out = run_all(*engine, specs);
   ASSERT_EQ(out.size(), specs.size());
   const EngineMetrics m = engine->metrics();

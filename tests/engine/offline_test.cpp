@@ -13,22 +13,14 @@
 namespace dsinfer::engine::testing {
 namespace {
 
-RequestSpec greedy(std::vector<int32_t> prompt, int max_tokens) {
-  RequestSpec s;
-  s.prompt_ids = std::move(prompt);
-  s.max_tokens = max_tokens;
-  s.sampling.temperature = 0;
-  s.ignore_eos = true;
-  return s;
-}
-
 TEST(Offline, ResultsComeInInputOrderWithCachedTokens) {
   ToyConfig cfg;
   ToyModel reference(cfg);
   std::vector<int32_t> long_prompt(40);
   for (int i = 0; i < 40; ++i) long_prompt[i] = 2 + (i * 7) % 60;
-  std::vector<RequestSpec> specs = {greedy(long_prompt, 30), greedy({5, 6}, 2), greedy(long_prompt, 5),
-                                    greedy({3}, 0) /* refused */, greedy({9, 9, 9}, 12)};
+  std::vector<RequestSpec> specs = {fixed_length_greedy(long_prompt, 30), fixed_length_greedy({5, 6}, 2),
+                                    fixed_length_greedy(long_prompt, 5), fixed_length_greedy({3}, 0) /* refused */,
+                                    fixed_length_greedy({9, 9, 9}, 12)};
   for (int64_t concurrency : {1, 3}) {
     EngineOptions o;
     o.swa_replay = false;
@@ -56,14 +48,16 @@ TEST(Offline, ResultsComeInInputOrderWithCachedTokens) {
     EXPECT_NE(results[3].error.find("max_tokens"), std::string::npos);
     EXPECT_EQ(results[0].cached_tokens, 0);
     // One after another, the repeated prompt resumes from the first one's snapshot.
-    if (concurrency == 1) EXPECT_EQ(results[2].cached_tokens, 32);
+    if (concurrency == 1) {
+      EXPECT_EQ(results[2].cached_tokens, 32);
+    }
   }
 }
 
 TEST(Offline, StopTokenEndsTheOutput) {
   ToyConfig cfg;
   ToyModel reference(cfg);
-  RequestSpec s = greedy({4, 5, 6, 7}, 10);
+  RequestSpec s = fixed_length_greedy({4, 5, 6, 7}, 10);
   const auto free_run = expected_outcome(reference, s, cfg.eos).tokens;
   s.stop_token_ids = {free_run[2]};
   auto engine = make_engine(std::make_shared<ToyModel>(cfg), EngineOptions{});

@@ -10,17 +10,12 @@
 #include "kernels/cpu/sink_attention.h"
 #include "kernels/cpu/softmax_pool.h"
 #include "kernels/cpu/targets.h"
+#include "random_data.h"
 
 namespace dsinfer::kernels {
 namespace {
 
-std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::random_vec;
 
 // float64 definition of §2.9
 std::vector<double> attention_f64(const std::vector<float>& q, int64_t H, int64_t D, const std::vector<const float*>& rows,

@@ -8,18 +8,13 @@
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/stream_mix.h"
 #include "kernels/cpu/targets.h"
+#include "random_data.h"
 #include "kernels/cpu/vec.h"
 
 namespace dsinfer::kernels {
 namespace {
 
-std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::random_vec;
 
 double rel_err(double a, double b) { return std::fabs(a - b) / std::max(1e-30, std::max(std::fabs(a), std::fabs(b))); }
 

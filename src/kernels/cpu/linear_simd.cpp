@@ -131,16 +131,6 @@ HWY_INLINE void DecodeFP4Quad(const uint8_t* panel, int64_t kq, VF (*out)[kNV]) 
   for (int i = 0; i < 4; ++i) LoadRows(rows[i], out[i]);
 }
 
-HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
-  VF quad[4][kNV];
-  DecodeFP4Quad(panel, kp / 2, quad);
-  const int first = static_cast<int>(kp % 2) * 2;
-  for (int v = 0; v < kNV; ++v) {
-    e[v] = quad[first][v];
-    o[v] = quad[first + 1][v];
-  }
-}
-
 // E8M0 codes of 16 rows -> the f32 scales.
 HWY_INLINE void DecodeE8M0x16(const uint8_t* codes, float* out) {
   for (int r = 0; r < 16; ++r) out[r] = core::e8m0_to_float(codes[r]);
@@ -298,17 +288,6 @@ HWY_INLINE void DecodeFP4Quad(const uint8_t* panel, int64_t kq, VF (*out)[kNV]) 
   }
 }
 
-// One k-pair of a panel (half of a quad), for the f32 panel decode of the gemm schedule.
-HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
-  VF quad[4][kNV];
-  DecodeFP4Quad(panel, kp / 2, quad);
-  const int first = static_cast<int>(kp % 2) * 2;
-  for (int v = 0; v < kNV; ++v) {
-    e[v] = quad[first][v];
-    o[v] = quad[first + 1][v];
-  }
-}
-
 // E8M0 codes of 16 rows -> the f32 scales (code 0 is the fp32 subnormal 2^-127).
 HWY_INLINE void DecodeE8M0x16(const uint8_t* codes, float* out) {
   const DF df;
@@ -321,6 +300,17 @@ HWY_INLINE void DecodeE8M0x16(const uint8_t* codes, float* out) {
   }
 }
 #endif  // HWY_TARGET == HWY_SCALAR
+
+// One k-pair of a panel (half of a quad), for the f32 panel decode of the gemm schedule.
+HWY_INLINE void DecodeFP4(const uint8_t* panel, int64_t kp, VF* e, VF* o) {
+  VF quad[4][kNV];
+  DecodeFP4Quad(panel, kp / 2, quad);
+  const int first = static_cast<int>(kp % 2) * 2;
+  for (int v = 0; v < kNV; ++v) {
+    e[v] = quad[first][v];
+    o[v] = quad[first + 1][v];
+  }
+}
 
 // ---- formats: scale blocks along k and the decode of one k-pair of one panel ----
 

@@ -83,11 +83,19 @@ void Model::write_outputs(StepContext& ctx, const float* X, const HcWeights& hea
     kernels::rmsnorm(y + k * d, norm.data(), d, s.eps, y + k * d);
     s.numerics.bf16(y + k * d, d);
   }
+  // One product over the rows of every sequence: the head is the largest weight, so a batch must
+  // read it once per step, not once per sequence. A lone sequence writes straight into its output.
+  const auto one = std::find_if(out.begin(), out.end(), [](const SequenceOutput& o) { return o.logit_rows > 0; });
+  if (one->logit_rows == R) {
+    for (auto& o : out) o.logits.resize(o.logit_rows * s.vocab);
+    weights_.head.forward(y, R, d, one->logits.data(), s.vocab, pool_);
+    return;
+  }
+  std::vector<float> logits(R * s.vocab);
+  weights_.head.forward(y, R, d, logits.data(), s.vocab, pool_);
   int64_t k = 0;
-  for (size_t i = 0; i < ctx.seqs.size(); ++i) {
-    SequenceOutput& o = out[i];
-    o.logits.resize(o.logit_rows * s.vocab);
-    if (o.logit_rows > 0) weights_.head.forward(y + k * d, o.logit_rows, d, o.logits.data(), s.vocab, pool_);
+  for (auto& o : out) {
+    o.logits.assign(logits.begin() + k * s.vocab, logits.begin() + (k + o.logit_rows) * s.vocab);
     k += o.logit_rows;
   }
 }

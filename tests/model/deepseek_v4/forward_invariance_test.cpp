@@ -14,23 +14,7 @@ using testing::first_difference;
 using testing::random_tokens;
 using testing::run_chunks;
 
-class V4Forward : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::string(testing::make_test_model("tiny512", testing::tiny_config()));
-    ModelOptions opt;
-    opt.threads = 2;
-    model_ = Model::load(*dir_, opt).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
-  static std::string* dir_;
-  static Model* model_;
-};
-std::string* V4Forward::dir_ = nullptr;
-Model* V4Forward::model_ = nullptr;
+class V4Forward : public testing::TinyModelSuite {};
 
 TEST_F(V4Forward, LogitsAreFiniteAndVary) {
   auto st = model_->new_sequence();

@@ -49,6 +49,25 @@ inline std::string make_test_model(const std::string& name, const nlohmann::json
   return dir.string();
 }
 
+// A test suite sharing one TINY model (vocabulary 512), loaded once per suite with two threads.
+class TinyModelSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(make_test_model("tiny512", tiny_config()));
+    ModelOptions opt;
+    opt.threads = 2;
+    model_ = Model::load(*dir_, opt).release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete dir_;
+    model_ = nullptr;
+    dir_ = nullptr;
+  }
+  static inline std::string* dir_ = nullptr;
+  static inline Model* model_ = nullptr;
+};
+
 inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));

@@ -8,6 +8,6 @@ scripts/setup.sh
 scripts/build.sh release
 scripts/tokenizers.sh
 ctest --preset release -j "$(nproc)"
-scripts/build.sh asan
+scripts/build.sh asan dsinfer_unit_tests
 ctest --preset asan -j "$(nproc)"
 echo "test.sh: all tests passed"

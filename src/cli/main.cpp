@@ -23,7 +23,9 @@ void print_overview() {
   auto list = commands();
   std::sort(list.begin(), list.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
   std::printf("usage: dsinfer <command> [flags]   (dsinfer <command> --help for its flags)\n\ncommands:\n");
-  for (const auto& c : list) std::printf("  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+  int width = 0;
+  for (const auto& c : list) width = std::max(width, static_cast<int>(c.name.size()));
+  for (const auto& c : list) std::printf("  %-*s  %s\n", width, c.name.c_str(), c.summary.c_str());
 }
 }  // namespace
 

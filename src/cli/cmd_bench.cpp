@@ -98,7 +98,8 @@ int run_bench(int argc, char** argv) {
   Args args("bench",
             "Prefill tokens/s and single-stream decode tokens/s of a model, with this machine's measured read\n"
             "bandwidth and FMA peak, the decode roofline (weight bytes touched per token / bandwidth) and\n"
-            "the fraction of it reached.");
+            "the fraction of it reached. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
+            "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.");
   args.option("model", "DIR", "checkpoint directory (config.json + safetensors)");
   args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens)", "512");
   args.option("decode-tokens", "N", "timed decode steps (greedy, one token each) after the prefill", "64");

@@ -13,7 +13,9 @@
 // GCC 12 reports a boost::optional inside Beast's parser as maybe-uninitialized at -O1/-O2 (a false
 // positive in Boost's header).
 #pragma GCC diagnostic push
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>

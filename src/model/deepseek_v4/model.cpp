@@ -91,11 +91,11 @@ void Model::write_outputs(StepContext& ctx, const float* X, const HcWeights& hea
     weights_.head.forward(y, R, d, one->logits.data(), s.vocab, pool_);
     return;
   }
-  std::vector<float> logits(R * s.vocab);
-  weights_.head.forward(y, R, d, logits.data(), s.vocab, pool_);
+  float* logits = ctx.ws->f(kWsLogits, R * s.vocab);  // reused across steps: no fresh pages per step
+  weights_.head.forward(y, R, d, logits, s.vocab, pool_);
   int64_t k = 0;
   for (auto& o : out) {
-    o.logits.assign(logits.begin() + k * s.vocab, logits.begin() + (k + o.logit_rows) * s.vocab);
+    o.logits.assign(logits + k * s.vocab, logits + (k + o.logit_rows) * s.vocab);
     k += o.logit_rows;
   }
 }

@@ -70,7 +70,7 @@ enum WsSlot : int {
   kWsX2 = 0, kWsMix, kWsPre, kWsPost, kWsComb, kWsSub, kWsSubOut, kWsQuant,
   kWsQr, kWsQ, kWsKv, kWsO, kWsR, kWsU, kWsS, kWsIdxQ, kWsIdxW, kWsScores, kWsKvDecoded,
   kWsGate, kWsRouteW, kWsExpertIn, kWsExpertG, kWsExpertU, kWsExpertH, kWsExpertOut, kWsShared,
-  kWsHead, kWsQuant2, kWsIdxU, kWsIdxS,
+  kWsHead, kWsQuant2, kWsIdxU, kWsIdxS, kWsLogits,
 };
 enum WsIntSlot : int { kWsiSel = 0, kWsiSelCount, kWsiRoute, kWsiExpertRows, kWsiExpertStart, kWsiSlotOf };
 

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -76,7 +78,8 @@ class Collector {
 
 // Submits every spec (in `order`, sleeping `gap_us` between submissions) and waits for all.
 inline std::vector<Outcome> run_all(Engine& engine, const std::vector<RequestSpec>& specs,
-                                    std::vector<size_t> order = {}, int gap_us = 0) {
+                                    std::vector<size_t> order = {}, int gap_us = 0,
+                                    const std::function<void()>& after_submit = {}) {
   if (order.empty()) {
     for (size_t i = 0; i < specs.size(); ++i) order.push_back(i);
   }
@@ -87,6 +90,7 @@ inline std::vector<Outcome> run_all(Engine& engine, const std::vector<RequestSpe
     if (r.status != SubmitStatus::kAccepted) c.rejected(i, r.status);
     if (gap_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
   }
+  if (after_submit) after_submit();
   std::vector<Outcome> out;
   if (!c.wait()) {
     engine.shutdown(false);  // the callbacks must not outlive the collector
@@ -95,6 +99,25 @@ inline std::vector<Outcome> run_all(Engine& engine, const std::vector<RequestSpe
   for (size_t i = 0; i < specs.size(); ++i) out.push_back(c.get(i));
   return out;
 }
+
+// Holds a ToyModel's forward passes until release(): the whole workload is queued before the first
+// step runs, so the schedule's contention is the same on every run.
+class ForwardGate {
+ public:
+  explicit ForwardGate(ToyModel& model) : open_(promise_.get_future().share()) {
+    model.before_forward = [open = open_] { open.wait(); };
+  }
+  ~ForwardGate() { release(); }
+  void release() {
+    if (!released_) promise_.set_value();
+    released_ = true;
+  }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> open_;
+  bool released_ = false;
+};
 
 // What a request must produce without speculation: each token drawn from the model's logits for the
 // whole prefix, with the request's stream at that token's position (stop tokens end it, excluded).

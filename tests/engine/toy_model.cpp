@@ -183,6 +183,7 @@ void prune(ToyModel::Seq& s, int64_t window, int64_t max_draft, int64_t block) {
 }  // namespace
 
 void ToyModel::forward(std::span<const ForwardItem> items, std::vector<float>& logits) {
+  if (before_forward) before_forward();
   ++forward_calls_;
   int64_t step_tokens = 0;
   for (const ForwardItem& it : items) {

@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -51,6 +52,10 @@ class ToyModel final : public ModelRunner {
   void attach(SequenceState& seq, std::span<const std::shared_ptr<const KvBlock>> blocks,
               const WindowSnapshot* snapshot) override;
   std::vector<int32_t> draft(std::span<const DraftItem> items) override;
+
+  // Called at the start of every forward on the engine's thread: a test blocks it to queue a whole
+  // workload before the first step, so contention (and preemption) does not depend on thread timing.
+  std::function<void()> before_forward;
 
   // What the engine really holds, in the engine's byte units (sequences incl. a partial block, live
   // blocks, live snapshots), and its peak.

@@ -232,7 +232,11 @@ ConvertedRequest convert_chat_completions(const Json& body, const ConversionOpti
   for (size_t i = 0; i < messages_json.size(); ++i) messages.push_back(read_message(messages_json[i], at_index("messages", i)));
   const auto frequency_penalty = opt_f32(body, "frequency_penalty", "");
   const auto presence_penalty = opt_f32(body, "presence_penalty", "");
-  const auto max_tokens = opt_u32(body, "max_tokens", "");
+  const auto max_tokens_field = opt_u32(body, "max_tokens", "");
+  // OpenAI's current name for the limit (the SDKs type it; max_tokens is deprecated there). The
+  // recipe's schema lacks it; when both are given the newer one wins, as vLLM does.
+  const auto max_completion_tokens = opt_u32(body, "max_completion_tokens", "");
+  const auto max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens_field;
   const auto n = opt_u8(body, "n", "");
   const auto seed = opt_u64(body, "seed", "");
   std::optional<std::vector<std::string>> stop;
@@ -321,7 +325,8 @@ ConvertedRequest convert_chat_completions(const Json& body, const ConversionOpti
     bad_request("frequency_penalty must be in [-2, 2]");
   if (presence_penalty && !(*presence_penalty >= -2.0f && *presence_penalty <= 2.0f))
     bad_request("presence_penalty must be in [-2, 2]");
-  validate_max_tokens(max_tokens, "max_tokens");
+  validate_max_tokens(max_tokens_field, "max_tokens");
+  validate_max_tokens(max_completion_tokens, "max_completion_tokens");
   validate_sampling(temperature, top_p);
   if (seed && *seed >= (uint64_t{1} << 63)) bad_request("seed must be in [0, 2^63)");
   if (stop && stop_is_array && stop->size() > kMaxStopSequences)

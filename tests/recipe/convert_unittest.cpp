@@ -33,6 +33,8 @@ TEST(Convert, ChatDeserialisationErrors) {
   EXPECT_EQ(error_of(kChat, R"({"model":"m","messages":[{"role":"user"}]})"), "messages[0]: missing field `content`");
   EXPECT_EQ(error_of(kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1})"),
             "max_tokens: invalid value: integer `-1`, expected u32");
+  EXPECT_EQ(error_of(kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_completion_tokens":0})"),
+            "max_completion_tokens must be greater than zero");
   EXPECT_EQ(error_of(kChat, "{\"model\":"), error_of(kChat, "{\"model\":"));  // deterministic
   EXPECT_NE(error_of(kChat, "{\"model\":").find("invalid JSON body"), std::string::npos);
 }
@@ -96,6 +98,11 @@ TEST(Convert, ResolveMaxTokens) {
   r = convert(kChat, R"({"model":"m","thinking":{"type":"disabled"},"max_tokens":50,"messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(r.resolve_max_tokens(100, 1000), 50u);
   EXPECT_THROW(r.resolve_max_tokens(960, 1000), ConversionError);
+  // OpenAI's max_completion_tokens is honoured, and wins over the deprecated max_tokens.
+  r = convert(kChat, R"({"model":"m","thinking":{"type":"disabled"},"max_completion_tokens":40,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(r.resolve_max_tokens(100, 1000), 40u);
+  r = convert(kChat, R"({"model":"m","thinking":{"type":"disabled"},"max_tokens":50,"max_completion_tokens":30,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(r.resolve_max_tokens(100, 1000), 30u);
   r = convert(kChat, R"({"model":"m","thinking":{"type":"disabled"},"messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(r.resolve_max_tokens(10, 0), kDefaultMaxTokens);
 }

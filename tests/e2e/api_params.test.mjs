@@ -1,0 +1,48 @@
+// Request parameters of the OpenAI API that the official client sends and users rely on, checked against
+// the real server: each is honoured (or refused with a 400), never accepted and ignored.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, MODEL, npm } from './harness.mjs';
+
+const OpenAI = npm('openai');
+
+let server;
+let client;
+before(async () => {
+  server = await startServer();
+  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+});
+after(async () => {
+  const { code } = await server.stop();
+  assert.equal(code, 0, `server exit code\n${server.stderr()}`);
+});
+
+const chat = (extra) => ({
+  model: MODEL, temperature: 0, thinking: { type: 'disabled' }, ignore_eos: true,
+  messages: [{ role: 'user', content: 'Count to one hundred.' }], ...extra,
+});
+
+test('max_completion_tokens limits the completion', async () => {
+  const r = await client.chat.completions.create(chat({ max_completion_tokens: 3 }));
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 3);
+});
+
+test('max_completion_tokens wins over the deprecated max_tokens', async () => {
+  const r = await client.chat.completions.create(chat({ max_tokens: 9, max_completion_tokens: 4 }));
+  assert.equal(r.usage.completion_tokens, 4);
+});
+
+test('max_completion_tokens limits a streamed completion', async () => {
+  const stream = await client.chat.completions.create(chat({ max_completion_tokens: 5, stream: true,
+    stream_options: { include_usage: true } }));
+  let usage;
+  for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
+  assert.ok(usage, 'usage chunk');
+  assert.equal(usage.completion_tokens, 5);
+});
+
+test('max_completion_tokens is validated like max_tokens', async () => {
+  await assert.rejects(client.chat.completions.create(chat({ max_completion_tokens: 0 })),
+    (e) => e.status === 400 && /max_completion_tokens/.test(e.message));
+});

@@ -91,6 +91,9 @@ int run_serve(int argc, char** argv) {
   args.option("prep-threads", "N", "threads that convert, render and encode incoming requests", "2");
   args.option("prompt-version", "v4|v41", "prompt template: V4 or V4.1", "v4");
   args.flag("no-thinking", "requests that do not choose get thinking mode off (default: on, as deepseek-recipe)");
+  args.flag("deepseek-usage-chunk",
+            "streamed Chat Completions carry usage on the finish chunk, always (DeepSeek's API); default: OpenAI's "
+            "separate last chunk with \"choices\":[], only with stream_options.include_usage");
   args.option("kv-budget-mb", "MB", "KV memory budget of the engine", "4096");
   args.option("max-batch-tokens", "N", "tokens per forward step (prefill chunks + decode rows)", "2048");
   args.option("max-running", "N", "sequences in the running batch", "64");
@@ -133,6 +136,7 @@ int run_serve(int argc, char** argv) {
                 pv, "'");
   opt.prompt_version = pv == "v4" ? recipe::PromptVersion::kV4 : recipe::PromptVersion::kV41;
   opt.conversion.default_thinking_mode = !args.has("no-thinking");
+  opt.separate_usage_chunk = !args.has("deepseek-usage-chunk");
   const auto drain = seconds_flag(args, "shutdown-timeout");
 
   engine::EngineOptions eopt;

@@ -566,7 +566,8 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       spec.sampling.temperature = conv.request.inference_options.temperature.value_or(1.f);
       spec.sampling.top_p = conv.request.inference_options.top_p.value_or(1.f);
       call->stream = conv.request.stream;
-      call->out = make_recipe_stream(conv, call->response_id, model, call->stream, tokenizer_);
+      call->out = make_recipe_stream(conv, call->response_id, model, call->stream, options_.separate_usage_chunk,
+                                     tokenizer_);
     }
     // Extensions shared by every route.
     if (auto k = optional_number<int64_t>(body, "top_k", -1, 1 << 20)) spec.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(*k, 0));

@@ -41,6 +41,7 @@ struct ApiServerOptions {
   int retry_after_seconds = 1;     // Retry-After on 429
   recipe::PromptVersion prompt_version = recipe::PromptVersion::kV4;
   recipe::ConversionOptions conversion;
+  bool separate_usage_chunk = true;  // Chat streaming: OpenAI's usage chunk (false: DeepSeek's shape)
 };
 
 class ApiServer {

@@ -16,7 +16,7 @@ class Tokenizer;
 namespace dsinfer::server {
 
 std::unique_ptr<ResponseStream> make_recipe_stream(const recipe::ConvertedRequest& request, const std::string& id,
-                                                   const std::string& model, bool stream,
+                                                   const std::string& model, bool stream, bool separate_usage_chunk,
                                                    const tokenizer::Tokenizer& tokenizer);
 
 struct CompletionOptions {

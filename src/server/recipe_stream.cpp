@@ -11,13 +11,21 @@ namespace {
 using recipe::Json;
 namespace rs = recipe::stream;
 
+rs::GeneratorOptions generator_options(const recipe::ConvertedRequest& request, const std::string& id,
+                                       const std::string& model, bool separate_usage_chunk) {
+  rs::GeneratorOptions o = rs::generator_options_for(request, id, model);
+  o.separate_usage_chunk = separate_usage_chunk;
+  return o;
+}
+
 class RecipeStream : public ResponseStream {
  public:
   RecipeStream(const recipe::ConvertedRequest& request, const std::string& id, const std::string& model, bool stream,
-               const tokenizer::Tokenizer& tokenizer)
+               bool separate_usage_chunk, const tokenizer::Tokenizer& tokenizer)
       : protocol_(request.protocol),
         stream_(stream),
-        processor_(rs::make_chunk_generator(request.protocol, rs::generator_options_for(request, id, model)),
+        processor_(rs::make_chunk_generator(request.protocol,
+                                            generator_options(request, id, model, separate_usage_chunk)),
                    request.request.parsing_options) {
     processor_.set_token_decoder(
         [&tokenizer](std::span<const int32_t> ids) { return tokenizer.decode(ids, /*skip_special_tokens=*/false); });
@@ -119,9 +127,9 @@ class RecipeStream : public ResponseStream {
 }  // namespace
 
 std::unique_ptr<ResponseStream> make_recipe_stream(const recipe::ConvertedRequest& request, const std::string& id,
-                                                   const std::string& model, bool stream,
+                                                   const std::string& model, bool stream, bool separate_usage_chunk,
                                                    const tokenizer::Tokenizer& tokenizer) {
-  return std::make_unique<RecipeStream>(request, id, model, stream, tokenizer);
+  return std::make_unique<RecipeStream>(request, id, model, stream, separate_usage_chunk, tokenizer);
 }
 
 }  // namespace dsinfer::server

@@ -46,3 +46,26 @@ test('max_completion_tokens is validated like max_tokens', async () => {
   await assert.rejects(client.chat.completions.create(chat({ max_completion_tokens: 0 })),
     (e) => e.status === 400 && /max_completion_tokens/.test(e.message));
 });
+
+// OpenAI's streaming usage: a last chunk of its own with "choices":[] when include_usage is set, and no
+// usage anywhere when it is not.
+test('streamed usage comes in a separate final chunk, only when asked for', async () => {
+  for (const includeUsage of [true, false]) {
+    const stream = await client.chat.completions.create(chat({ max_completion_tokens: 4, stream: true,
+      ...(includeUsage ? { stream_options: { include_usage: true } } : {}) }));
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    const last = chunks[chunks.length - 1];
+    const finish = chunks.findIndex((c) => c.choices[0]?.finish_reason);
+    assert.ok(finish >= 0, 'a finish chunk');
+    if (includeUsage) {
+      assert.equal(finish, chunks.length - 2, 'the usage chunk follows the finish chunk');
+      assert.deepEqual(last.choices, []);
+      assert.equal(last.usage.completion_tokens, 4);
+      assert.equal(chunks[finish].usage, null);
+    } else {
+      assert.equal(finish, chunks.length - 1);
+      assert.ok(chunks.every((c) => c.usage === undefined), 'no usage without include_usage');
+    }
+  }
+});

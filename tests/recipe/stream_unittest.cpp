@@ -123,6 +123,36 @@ TEST(ChatGenerator, UsageOnlyOnTheFinalChunkWithoutIncludeUsage) {
   EXPECT_EQ(sse_frame(named), "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
 }
 
+// OpenAI's shape: the finish chunk has "usage":null (include_usage) or no usage key, and usage comes in a
+// chunk of its own with "choices":[] only when include_usage is set.
+TEST(ChatGenerator, SeparateUsageChunk) {
+  for (const bool include_usage : {false, true}) {
+    const std::string body = std::string(R"({"model":"m","stream":true,"thinking":{"type":"disabled"},)") +
+                             (include_usage ? R"("stream_options":{"include_usage":true},)" : "") +
+                             R"("messages":[{"role":"user","content":"x"}]})";
+    const ConvertedRequest req = convert_request_text(Protocol::kChatCompletions, body);
+    GeneratorOptions o = generator_options_for(req, "id", "m");
+    o.separate_usage_chunk = true;
+    StreamProcessor p(make_chunk_generator(req.protocol, o), req.request.parsing_options);
+    std::vector<StreamEvent> events = p.push(InferenceChunk::ready(6, 2));
+    for (auto& e : p.push(InferenceChunk::text_chunk("Hi", 1))) events.push_back(std::move(e));
+    for (auto& e : p.push(InferenceChunk::finished(InferenceFinish::kStop))) events.push_back(std::move(e));
+    ASSERT_EQ(events.size(), include_usage ? 4u : 3u);
+    const Json& finish = events[2].data;
+    EXPECT_EQ(finish["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(finish.contains("usage"), include_usage);
+    if (include_usage) {
+      EXPECT_TRUE(finish["usage"].is_null());
+      const Json& last = events[3].data;
+      EXPECT_EQ(last["object"], "chat.completion.chunk");
+      EXPECT_TRUE(last["choices"].is_array() && last["choices"].empty());
+      EXPECT_EQ(last["usage"]["prompt_tokens"], 6);
+      EXPECT_EQ(last["usage"]["completion_tokens"], 1);
+    }
+    EXPECT_EQ(p.response()["usage"]["completion_tokens"], 1);
+  }
+}
+
 // A fake tokenizer: each id is some bytes; decode lossy-replaces an incomplete trailing character.
 std::string fake_decode(std::span<const int32_t> ids) {
   static const std::map<int32_t, std::string> bytes = {
@@ -162,6 +192,26 @@ TEST(StreamProcessor, TokenPathBuffersIncompleteCharacters) {
   // Every id that contributed to emitted text counts, buffered ones included (99 rides with </think>).
   EXPECT_EQ(p.completion_usage().completion_tokens, 8);
   EXPECT_EQ(p.response()["choices"][0]["message"]["content"], "Hi \xE4\xB8\xAD\xF0\x9F\x98\x80!");
+}
+
+// A completion cut off inside a character (length limit) or ending in unknown ids still reports every
+// generated token, and the cut-off character as U+FFFD.
+TEST(StreamProcessor, BufferedTokensAtTheEndAreOutput) {
+  const ConvertedRequest req = convert_request_text(
+      Protocol::kChatCompletions, R"({"model":"m","thinking":{"type":"disabled"},"messages":[{"role":"user","content":"x"}]})");
+  for (const bool unknown_tail : {false, true}) {
+    StreamProcessor p(make_chunk_generator(req.protocol, generator_options_for(req, "id", "m")),
+                      req.request.parsing_options);
+    p.set_token_decoder(fake_decode);
+    const std::vector<int32_t> ids = unknown_tail ? std::vector<int32_t>{1, 99, 98} : std::vector<int32_t>{1, 7};
+    p.push_tokens(ids);
+    const auto events = p.push(InferenceChunk::finished(InferenceFinish::kLength));
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back().data["usage"]["completion_tokens"], 3 - !unknown_tail);
+    EXPECT_EQ(p.completion_usage().completion_tokens, 3 - !unknown_tail);
+    EXPECT_EQ(p.response()["choices"][0]["message"]["content"], unknown_tail ? "Hi " : "Hi \xEF\xBF\xBD");
+    EXPECT_EQ(p.response()["choices"][0]["finish_reason"], "length");
+  }
 }
 
 TEST(StreamProcessor, TokenWithoutDecoderIsAnError) {

@@ -144,30 +144,40 @@ recipe::ConvertedRequest chat(bool stream, bool thinking) {
   return recipe::convert_chat_completions(body);
 }
 
+// OpenAI's shape (the server's default): the finish chunk, then usage in a chunk with "choices":[];
+// DeepSeek's (--deepseek-usage-chunk): usage on the finish chunk.
 TEST(RecipeStream, ChatStreamEndsWithUsageAndDone) {
-  auto s = make_recipe_stream(chat(true, false), "id1", "m", true, v4());
-  std::string sse = s->begin(7, 0);
-  sse += s->tokens(v4().encode_plain("Hello there"));
-  sse += s->end(StreamEnd::kStop, "");
-  auto lines = data_lines(sse);
-  ASSERT_GE(lines.size(), 3u);
-  EXPECT_EQ(lines.back(), "[DONE]");
-  Json last = recipe::parse_json(lines[lines.size() - 2]);
-  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(last["usage"]["prompt_tokens"], 7);
-  std::string text;
-  for (size_t i = 0; i + 1 < lines.size(); ++i) {
-    Json c = recipe::parse_json(lines[i]);
-    if (c["choices"][0]["delta"].contains("content") && c["choices"][0]["delta"]["content"].is_string())
-      text += c["choices"][0]["delta"]["content"].get<std::string>();
+  for (const bool separate : {true, false}) {
+    auto s = make_recipe_stream(chat(true, false), "id1", "m", true, separate, v4());
+    std::string sse = s->begin(7, 0);
+    sse += s->tokens(v4().encode_plain("Hello there"));
+    sse += s->end(StreamEnd::kStop, "");
+    auto lines = data_lines(sse);
+    ASSERT_GE(lines.size(), 4u);
+    EXPECT_EQ(lines.back(), "[DONE]");
+    const Json last = recipe::parse_json(lines[lines.size() - 2]);
+    const Json finish = separate ? recipe::parse_json(lines[lines.size() - 3]) : last;
+    EXPECT_EQ(finish["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(last["usage"]["prompt_tokens"], 7);
+    if (separate) {
+      EXPECT_TRUE(last["choices"].empty());
+      EXPECT_TRUE(finish["usage"].is_null());
+    }
+    std::string text;
+    for (size_t i = 0; i + 1 < lines.size(); ++i) {
+      Json c = recipe::parse_json(lines[i]);
+      if (c["choices"].empty()) continue;
+      if (c["choices"][0]["delta"].contains("content") && c["choices"][0]["delta"]["content"].is_string())
+        text += c["choices"][0]["delta"]["content"].get<std::string>();
+    }
+    EXPECT_EQ(text, "Hello there");
+    EXPECT_EQ(s->finish_reason(), "stop");
+    EXPECT_EQ(s->completion_tokens(), 2);
   }
-  EXPECT_EQ(text, "Hello there");
-  EXPECT_EQ(s->finish_reason(), "stop");
-  EXPECT_EQ(s->completion_tokens(), 2);
 }
 
 TEST(RecipeStream, ChatBodyWhenNotStreaming) {
-  auto s = make_recipe_stream(chat(false, true), "id2", "m", false, v4());
+  auto s = make_recipe_stream(chat(false, true), "id2", "m", false, true, v4());
   EXPECT_EQ(s->begin(4, 1), "");
   EXPECT_EQ(s->tokens(v4().encode("Let me think.</think>Answer.")), "");
   EXPECT_EQ(s->end(StreamEnd::kLength, ""), "");
@@ -181,7 +191,7 @@ TEST(RecipeStream, ChatBodyWhenNotStreaming) {
 
 TEST(RecipeStream, ErrorEventsPerProtocol) {
   {
-    auto s = make_recipe_stream(chat(true, false), "a", "m", true, v4());
+    auto s = make_recipe_stream(chat(true, false), "a", "m", true, true, v4());
     s->begin(1, 0);
     auto lines = data_lines(s->end(StreamEnd::kError, "boom"));
     ASSERT_EQ(lines.size(), 2u);
@@ -191,7 +201,7 @@ TEST(RecipeStream, ErrorEventsPerProtocol) {
   {
     Json body = {{"model", "m"}, {"max_tokens", 5}, {"stream", true},
                  {"messages", Json::array({Json{{"role", "user"}, {"content", "hi"}}})}};
-    auto s = make_recipe_stream(recipe::convert_messages(body), "b", "m", true, v4());
+    auto s = make_recipe_stream(recipe::convert_messages(body), "b", "m", true, true, v4());
     s->begin(1, 0);
     std::string sse = s->end(StreamEnd::kCancelled, "shutting down");
     EXPECT_EQ(sse.rfind("event: error\n", 0), 0u) << sse;
@@ -202,7 +212,7 @@ TEST(RecipeStream, ErrorEventsPerProtocol) {
   }
   {
     Json body = {{"model", "m"}, {"input", "hi"}, {"stream", true}};
-    auto s = make_recipe_stream(recipe::convert_responses(body), "c", "m", true, v4());
+    auto s = make_recipe_stream(recipe::convert_responses(body), "c", "m", true, true, v4());
     std::string start = s->begin(1, 0);
     const size_t events = data_lines(start).size();
     std::string sse = s->end(StreamEnd::kError, "boom");

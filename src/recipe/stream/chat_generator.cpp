@@ -30,7 +30,7 @@ class ChatGenerator : public ChunkGenerator {
  public:
   explicit ChatGenerator(const GeneratorOptions& o)
       : id_(o.id), model_(o.model), created_(o.created.value_or(unix_now())), thinking_(o.thinking_mode),
-        include_usage_(o.include_usage) {}
+        include_usage_(o.include_usage), separate_usage_chunk_(o.separate_usage_chunk) {}
 
   std::vector<StreamEvent> generate(const OutputChunk& chunk) override {
     Json delta = Json::object();
@@ -82,7 +82,16 @@ class ChatGenerator : public ChunkGenerator {
         delta["content"] = "";
         if (thinking_) delta["reasoning_content"] = nullptr;
         const Json usage = chat_usage(prompt_usage_, chunk.completion_usage);
-        return emit(std::move(delta), chat_finish_reason(chunk.finish_reason), &usage);
+        if (!separate_usage_chunk_) return emit(std::move(delta), chat_finish_reason(chunk.finish_reason), &usage);
+        auto out = emit(std::move(delta), chat_finish_reason(chunk.finish_reason), nullptr);
+        usage_ = usage;  // the non-streamed body carries it either way
+        if (include_usage_) {
+          Json last = chunk_head();
+          last["choices"] = Json::array();
+          last["usage"] = usage;
+          out.push_back({"", std::move(last)});
+        }
+        return out;
       }
     }
     return {};
@@ -133,18 +142,23 @@ class ChatGenerator : public ChunkGenerator {
     choice["delta"] = std::move(delta);
     choice["logprobs"] = nullptr;
     choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
-    Json chunk = Json::object();
-    chunk["id"] = id_;
-    chunk["object"] = "chat.completion.chunk";
-    chunk["created"] = created_;
-    chunk["model"] = model_;
-    chunk["system_fingerprint"] = fingerprint_ ? Json(*fingerprint_) : Json(nullptr);
+    Json chunk = chunk_head();
     chunk["choices"] = Json::array({std::move(choice)});
     if (usage) chunk["usage"] = *usage;
     else if (include_usage_) chunk["usage"] = nullptr;
     std::vector<StreamEvent> out;
     out.push_back({"", std::move(chunk)});
     return out;
+  }
+
+  Json chunk_head() const {
+    Json chunk = Json::object();
+    chunk["id"] = id_;
+    chunk["object"] = "chat.completion.chunk";
+    chunk["created"] = created_;
+    chunk["model"] = model_;
+    chunk["system_fingerprint"] = fingerprint_ ? Json(*fingerprint_) : Json(nullptr);
+    return chunk;
   }
 
   void accumulate(const Json& delta, const char* finish_reason, const Json* usage) {
@@ -170,7 +184,7 @@ class ChatGenerator : public ChunkGenerator {
 
   std::string id_, model_;
   int64_t created_;
-  bool thinking_, include_usage_;
+  bool thinking_, include_usage_, separate_usage_chunk_;
   PromptUsage prompt_usage_;
   std::optional<std::string> fingerprint_;
   int64_t tool_calls_ = 0;

@@ -30,6 +30,9 @@ struct GeneratorOptions {
   std::optional<int64_t> created;  // unix seconds; now when unset
   bool thinking_mode = true;                    // Chat and Messages shape their first events on it
   bool include_usage = true;                    // Chat: "usage":null on every non-final chunk
+  // Chat streaming, OpenAI's shape: usage only with include_usage, in a chunk of its own after the
+  // finish chunk, with "choices":[]. Off: DeepSeek's (the recipe's) shape, usage on the finish chunk.
+  bool separate_usage_chunk = false;
   std::vector<std::string> custom_tool_names;   // Responses: calls of these stream as custom_tool_call
   std::optional<std::string> signature;         // Messages: thinking-block signature (default: the id)
 };

@@ -77,13 +77,7 @@ std::vector<StreamEvent> StreamProcessor::push(const InferenceChunk& chunk) {
         throw StreamError("a token chunk reached the stream processor without a tokenizer");
       }
       token_buffer_.push_back(chunk.token_id);
-      std::string text;
-      try {
-        text = decoder_(token_buffer_);
-      } catch (const std::exception& e) {
-        done_ = true;
-        throw StreamError(core::str_cat("decoding output tokens failed: ", e.what()));
-      }
+      const std::string text = decode_buffered();
       // Wait while the ids decode to nothing (unknown ids) or end inside a multi-token character.
       static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
       if (text.empty() || (text.size() >= 3 && std::string_view(text).substr(text.size() - 3) == kReplacement))
@@ -125,9 +119,31 @@ std::vector<StreamEvent> StreamProcessor::consume(const std::string& text, int64
   return events;
 }
 
+std::string StreamProcessor::decode_buffered() {
+  try {
+    return decoder_(token_buffer_);
+  } catch (const std::exception& e) {
+    done_ = true;
+    throw StreamError(core::str_cat("decoding output tokens failed: ", e.what()));
+  }
+}
+
 std::vector<StreamEvent> StreamProcessor::tail() {
-  done_ = true;
   std::vector<StreamEvent> events;
+  // Ids still waiting at the end (a character cut off by the length limit, or unknown ids) are output
+  // too: they count as completion tokens and an incomplete character becomes U+FFFD, as vLLM does.
+  if (!token_buffer_.empty() && decoder_) {
+    const std::string text = decode_buffered();
+    const auto count = static_cast<int64_t>(token_buffer_.size());
+    token_buffer_.clear();
+    if (text.empty()) {
+      completion_usage_.completion_tokens += count;
+    } else {
+      events = consume(text, count);
+      if (done_) return events;  // the text completed a stop sequence: consume() already finished
+    }
+  }
+  done_ = true;
   start_if_needed(events);
   apply(machine_.finish(), events);
   if (has_stop_text_) {  // parts of a stop sequence matched across chunks

@@ -83,6 +83,7 @@ class StreamProcessor {
  private:
   std::vector<StreamEvent> consume(const std::string& text, int64_t tokens);
   std::vector<StreamEvent> tail();
+  std::string decode_buffered();
   void start_if_needed(std::vector<StreamEvent>& events);
   void emit(const OutputChunk& chunk, std::vector<StreamEvent>& events);
   void apply(const std::vector<ActionSegment>& segments, std::vector<StreamEvent>& events);

@@ -25,6 +25,17 @@ struct SamplingParams {
   // Mixed into the random stream with the seed. Two requests with the same prompt, seed and key draw
   // the same tokens wherever and whenever they run; give distinct keys for distinct samples.
   uint64_t stream_key = 0;
+  // Logit adjustments before the draw (greedy included), in this order: logit_bias adds to the named
+  // tokens; repetition_penalty divides positive (multiplies negative) logits of every token in the
+  // prompt or the output; frequency_penalty x count and presence_penalty are subtracted for tokens in
+  // the output. Each touches one logit at a time, so rows stay batch invariant and deterministic.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  float presence_penalty = 0.0f;   // [-2, 2]
+  float frequency_penalty = 0.0f;  // [-2, 2]
+  float repetition_penalty = 1.0f; // (0, 10]; 1 = off
+  bool adjusts_logits() const {
+    return !logit_bias.empty() || presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
 };
 
 struct RequestSpec {

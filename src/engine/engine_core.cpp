@@ -66,6 +66,12 @@ SubmitResult EngineCore::check(const RequestSpec& spec) const {
   if (std::string why = validate_sampling(spec.sampling); !why.empty()) {
     return reject(SubmitStatus::kInvalid, why);
   }
+  for (const auto& [token, bias] : spec.sampling.logit_bias) {
+    if (token >= info_.vocab_size) {
+      return reject(SubmitStatus::kInvalid, core::str_cat("logit_bias: token ", token, " is outside the vocabulary [0, ",
+                                                          info_.vocab_size, ")"));
+    }
+  }
   const int64_t total = static_cast<int64_t>(spec.prompt_ids.size()) + spec.max_tokens;
   if (total > info_.max_context) {
     return reject(SubmitStatus::kTooLong, core::str_cat("prompt (", spec.prompt_ids.size(), " tokens) + max_tokens (",
@@ -425,6 +431,7 @@ void EngineCore::launch(StepPlan& p) {
       e.n_tokens = static_cast<int32_t>(end - e.start);
       e.samples = end == r.prefill_target() && r.generated == 0;
       e.tokens.assign(r.tokens.begin() + e.start, r.tokens.begin() + end);
+      if (e.samples && r.spec.sampling.adjusts_logits()) e.context.assign(r.tokens.begin(), r.tokens.begin() + end);
     } else {
       if (r.in_prefill()) continue;
       DSINFER_CHECK(static_cast<int64_t>(r.tokens.size()) == r.fed + 1, "engine: request ", r.id,
@@ -434,7 +441,9 @@ void EngineCore::launch(StepPlan& p) {
       e.n_tokens = 1 + e.drafts;
       e.tokens.assign(e.n_tokens, 0);
       e.tokens[0] = r.tokens[r.fed];
+      if (r.spec.sampling.adjusts_logits()) e.context.assign(r.tokens.begin(), r.tokens.begin() + r.fed + 1);
     }
+    e.prompt_len = r.prompt_len;
     if (!reserve(r, e.start + e.n_tokens)) continue;  // the next plan preempts for it
     r.inflight_end = e.start + e.n_tokens;
     p.tokens += e.n_tokens;
@@ -498,8 +507,21 @@ void EngineCore::execute(StepPlan& p) {
   model_->pool().run(static_cast<int64_t>(sampling.size()), [&](int64_t task, int) {
     StepEntry& e = p.entries[sampling[task]];
     const Request& r = *e.req;
-    const std::span<const float> all(logits.data() + row_of[sampling[task]] * V,
-                                     static_cast<size_t>(items[sampling[task]].logit_rows * V));
+    std::span<const float> all(logits.data() + row_of[sampling[task]] * V,
+                               static_cast<size_t>(items[sampling[task]].logit_rows * V));
+    std::vector<float> adjusted;
+    if (r.spec.sampling.adjusts_logits()) {
+      // Row i follows the context and drafts 0..i-1 (the plan copied the context: the request's own
+      // tokens may change on the scheduler thread meanwhile).
+      adjusted.assign(all.begin(), all.end());
+      std::vector<int32_t> context = e.context;
+      for (int64_t i = 0; i < items[sampling[task]].logit_rows; ++i) {
+        adjust_logits(std::span<float>(adjusted.data() + i * V, static_cast<size_t>(V)), r.spec.sampling, context,
+                      e.prompt_len);
+        if (i < e.drafts) context.push_back(e.tokens[1 + i]);
+      }
+      all = adjusted;
+    }
     if (e.drafts > 0) {
       Verification v = verify_drafts(all, static_cast<int32_t>(V),
                                      std::span<const int32_t>(e.tokens.data() + 1, e.drafts), {}, r.spec.sampling,

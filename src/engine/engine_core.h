@@ -33,6 +33,10 @@ struct StepEntry {
   bool samples = false;  // a new token is drawn after this entry
   std::vector<int32_t> tokens;
   std::vector<int32_t> result;  // drawn tokens (accepted drafts + one)
+  // With logit adjustments (penalties, bias): the tokens before the first sampled row, and how many of
+  // them are the prompt.
+  std::vector<int32_t> context;
+  int64_t prompt_len = 0;
   int32_t accepted = 0;
 };
 

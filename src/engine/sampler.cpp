@@ -40,7 +40,44 @@ std::string validate_sampling(const SamplingParams& p) {
   if (!std::isfinite(p.top_p) || p.top_p <= 0 || p.top_p > 1) return "top_p must be in (0, 1]";
   if (p.top_k < 0) return "top_k must be >= 0 (0 = off)";
   if (!std::isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1) return "min_p must be in [0, 1]";
+  if (!(p.presence_penalty >= -2 && p.presence_penalty <= 2)) return "presence_penalty must be in [-2, 2]";
+  if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2)) return "frequency_penalty must be in [-2, 2]";
+  if (!(p.repetition_penalty > 0 && p.repetition_penalty <= 10)) return "repetition_penalty must be in (0, 10]";
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (token < 0) return core::str_cat("logit_bias: token ", token, " is negative");
+    if (!(bias >= -100 && bias <= 100)) return core::str_cat("logit_bias of token ", token, " must be in [-100, 100]");
+  }
   return "";
+}
+
+void adjust_logits(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> context,
+                   int64_t prompt_len) {
+  const auto vocab = static_cast<int64_t>(logits.size());
+  for (const auto& [token, bias] : p.logit_bias) {
+    DSINFER_CHECK(token >= 0 && token < vocab, "logit_bias: token ", token, " is outside the vocabulary");
+    logits[token] += bias;
+  }
+  const bool repetition = p.repetition_penalty != 1.0f;
+  if (!repetition && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
+  // (token, in output) pairs sorted: each distinct token's count is a run, in id order.
+  std::vector<std::pair<int32_t, bool>> seen;
+  seen.reserve(context.size());
+  for (size_t i = 0; i < context.size(); ++i) {
+    const bool output = static_cast<int64_t>(i) >= prompt_len;
+    if (output || repetition) seen.push_back({context[i], output});
+  }
+  std::sort(seen.begin(), seen.end());
+  for (size_t i = 0; i < seen.size();) {
+    const int32_t token = seen[i].first;
+    int64_t count = 0;
+    size_t j = i;
+    for (; j < seen.size() && seen[j].first == token; ++j) count += seen[j].second;
+    i = j;
+    if (token < 0 || token >= vocab) continue;
+    float& x = logits[token];
+    if (repetition) x = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
+    if (count > 0) x -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
+  }
 }
 
 int32_t argmax(std::span<const float> logits) {

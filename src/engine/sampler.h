@@ -47,6 +47,11 @@ bool is_greedy(const SamplingParams& p);
 // Checks ranges; returns an empty string when valid, else a message naming the bad field.
 std::string validate_sampling(const SamplingParams& p);
 
+// Applies p's logit_bias and penalties to one logit row in place. `context` is every token before the
+// row's position (prompt first); tokens from prompt_len on are the output.
+void adjust_logits(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> context,
+                   int64_t prompt_len);
+
 // Index of the largest logit, ties to the lowest id.
 int32_t argmax(std::span<const float> logits);
 

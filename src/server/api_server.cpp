@@ -1,6 +1,7 @@
 #include "server/api_server.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -99,6 +100,31 @@ std::optional<T> optional_number(const Json& body, const char* key, T lo, T hi) 
     return static_cast<uint64_t>(s);
   } else {
     return static_cast<T>(v);
+  }
+}
+
+// OpenAI's logit_bias ({"token id": bias}), presence_penalty and frequency_penalty, and the
+// repetition_penalty extension (vLLM's): applied by the engine's sampler, on every route.
+void read_logit_adjustments(const Json& body, engine::SamplingParams& p) {
+  if (auto v = optional_number<float>(body, "presence_penalty", -2.f, 2.f)) p.presence_penalty = *v;
+  if (auto v = optional_number<float>(body, "frequency_penalty", -2.f, 2.f)) p.frequency_penalty = *v;
+  if (auto v = optional_number<float>(body, "repetition_penalty", 0.f, 10.f)) {
+    if (*v <= 0) throw_api_error(400, "'repetition_penalty' must be greater than 0", "invalid_value", "repetition_penalty");
+    p.repetition_penalty = *v;
+  }
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return;
+  if (!it->is_object()) throw_api_error(400, "'logit_bias' must be an object of token ids to biases", "invalid_type", "logit_bias");
+  for (const auto& [key, value] : it->items()) {
+    int64_t token = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
+    if (ec != std::errc() || end != key.data() + key.size() || token < 0 || token > std::numeric_limits<int32_t>::max())
+      throw_api_error(400, core::str_cat("logit_bias: '", key.substr(0, 32), "' is not a token id"), "invalid_value",
+                      "logit_bias");
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+      throw_api_error(400, core::str_cat("logit_bias of token ", token, " must be a number in [-100, 100]"),
+                      "invalid_value", "logit_bias");
+    p.logit_bias.emplace_back(static_cast<int32_t>(token), value.get<float>());
   }
 }
 
@@ -573,6 +599,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
     if (auto k = optional_number<int64_t>(body, "top_k", -1, 1 << 20)) spec.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(*k, 0));
     if (auto mp = optional_number<float>(body, "min_p", 0.f, 1.f)) spec.sampling.min_p = *mp;
     if (auto ig = optional_bool(body, "ignore_eos")) spec.ignore_eos = *ig;
+    read_logit_adjustments(body, spec.sampling);
     if (auto seed = optional_number<uint64_t>(body, "seed", 0, std::numeric_limits<uint64_t>::max())) {
       spec.sampling.seed = *seed;
     } else {

@@ -69,3 +69,30 @@ test('streamed usage comes in a separate final chunk, only when asked for', asyn
     }
   }
 });
+
+// logit_bias is honoured: a +100 bias makes one token the certain choice of every step.
+test('logit_bias forces a token; penalties are accepted and validated', async () => {
+  const forced = 1000;
+  const r = await client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 5, temperature: 0,
+    ignore_eos: true, logit_bias: { [forced]: 100 } });
+  const tokens = (await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 5, temperature: 0, ignore_eos: true,
+      logit_bias: { [forced]: 100 } }) }).then((x) => x.json()));
+  assert.equal(r.usage.completion_tokens, 5);
+  assert.equal(tokens.choices[0].text, r.choices[0].text, 'deterministic');
+  const plain = await client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 5, temperature: 0,
+    ignore_eos: true });
+  assert.notEqual(plain.choices[0].text, r.choices[0].text, 'the bias changed the output');
+  // The same text as the forced token repeated: decode it once through a one-token completion.
+  const one = await client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 1, temperature: 0,
+    ignore_eos: true, logit_bias: { [forced]: 100 } });
+  assert.equal(r.choices[0].text, one.choices[0].text.repeat(5));
+  const p = await client.chat.completions.create(chat({ max_completion_tokens: 6, presence_penalty: 1.5,
+    frequency_penalty: 1.0 }));
+  assert.equal(p.usage.completion_tokens, 6);
+  for (const bad of [{ presence_penalty: 3 }, { frequency_penalty: -2.5 }, { logit_bias: { abc: 1 } },
+    { logit_bias: { 5: 101 } }, { logit_bias: { 99999999: 1 } }]) {
+    await assert.rejects(client.chat.completions.create(chat({ max_completion_tokens: 2, ...bad })),
+      (e) => e.status === 400, JSON.stringify(bad));
+  }
+});

@@ -292,7 +292,9 @@ TEST(EngineToy, BatchInvarianceOverRandomSchedules) {
     for (const auto& w : want) generated += static_cast<int64_t>(w.tokens.size()) + (w.finish == FinishReason::kStop);
     EXPECT_EQ(m.generated_tokens_total, generated) << where;
     EXPECT_LE(m.kv_bytes_used, m.kv_bytes_budget) << where;
-    if (tight) EXPECT_GT(m.preempted_total, 0) << where << ": the tight budget was meant to force preemption";
+    if (tight) {
+      EXPECT_GT(m.preempted_total, 0) << where << ": the tight budget was meant to force preemption";
+    }
     if (st.cache) {
       EXPECT_GT(m.cached_tokens_total, 0) << where;
     }

@@ -28,7 +28,6 @@ function(dsinfer_gtest)
   target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
   target_compile_definitions(${T_NAME} PRIVATE
     DSINFER_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-    DSINFER_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared"
     DSINFER_BINARY_DIR="${CMAKE_BINARY_DIR}")
   if(NOT T_LABELS)
     set(T_LABELS unit)

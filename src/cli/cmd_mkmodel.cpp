@@ -15,7 +15,7 @@ int run_mkmodel(int argc, char** argv) {
   Args args("mkmodel",
             "Write a synthetic DeepSeek-V4 checkpoint (random weights in the official safetensors layout)\n"
             "for a config.json. Deterministic for a seed.");
-  args.option("config", "FILE", "model config.json (e.g. /work/shared/configs/tiny.json)");
+  args.option("config", "FILE", "model config.json (e.g. configs/tiny.json)");
   args.option("seed", "N", "random seed", "0");
   args.option("out", "DIR", "output model directory (created; old model files in it are replaced)");
   args.option("tokenizer-dir", "DIR",

@@ -19,17 +19,21 @@ function(dsinfer_part)
   target_link_libraries(dsinfer_${P_NAME} PUBLIC ${P_DEPS} PRIVATE ${P_PRIVATE_DEPS})
 endfunction()
 
+# The source tree's path for the tests, compiled into one file only (see tests/test_paths.h).
+add_library(dsinfer_test_paths STATIC ${CMAKE_SOURCE_DIR}/tests/test_paths.cpp)
+target_compile_definitions(dsinfer_test_paths PRIVATE DSINFER_SOURCE_PATH="${CMAKE_SOURCE_DIR}")
+target_include_directories(dsinfer_test_paths PUBLIC ${CMAKE_SOURCE_DIR}/tests)
+
 # dsinfer_gtest(NAME <exe> SOURCES <files...> DEPS <targets...> [LABELS <labels...>])
 # A GoogleTest executable registered with ctest. Unit tests carry the label "unit" so the
-# sanitizer run can select them.
+# sanitizer run can select them. Sources name files of the tree as
+# std::string(DSINFER_SOURCE_DIR) + "/configs/tiny.json".
 function(dsinfer_gtest)
   cmake_parse_arguments(T "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
-  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
-  target_compile_definitions(${T_NAME} PRIVATE
-    DSINFER_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
-    DSINFER_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared"
-    DSINFER_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} dsinfer_test_paths GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${T_NAME} PRIVATE "DSINFER_SOURCE_DIR=::dsinfer::test_paths::source_dir()")
+  target_compile_options(${T_NAME} PRIVATE -include test_paths.h)
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()

@@ -1,5 +1,5 @@
 """Independent plain-PyTorch reference of DeepseekV4ForCausalLM (DeepSeek-V4-Flash), written from
-/work/shared/specs/model-v4.md §2 (section numbers in the comments refer to that spec).
+docs/specs/model-v4.md §2 (section numbers in the comments refer to that spec).
 
 One-pass prefill from position 0 over a whole prompt, logits at every position (position-wise
 semantics of §2.13), plus the MTP block (§2.12). Computed layer by layer over the whole sequence in

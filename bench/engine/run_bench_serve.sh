@@ -11,6 +11,6 @@ dsinfer=$build/src/cli/dsinfer
 model=${DSINFER_MEDIUM_DIR:-/tmp/dsinfer-medium}
 out=${OUT:-$here/build/bench-serve-medium}
 if [ ! -f "$model/model.safetensors" ]; then
-  "$dsinfer" mkmodel --config "$here/../shared/configs/medium.json" --seed 1 --out "$model"
+  "$dsinfer" mkmodel --config "$here/configs/medium.json" --seed 1 --out "$model"
 fi
 "$dsinfer" bench-serve --model "$model" --out "$out" "$@" | tee "$out.txt"

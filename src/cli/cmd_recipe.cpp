@@ -1,4 +1,4 @@
-// `dsinfer recipe run|check`: the deepseek-recipe golden corpus format (testdata/recipe/README.md).
+// `dsinfer recipe run|check`: the deepseek-recipe golden corpus format (tests/data/recipe/README.md).
 #include <cstdio>
 #include <fstream>
 #include <map>

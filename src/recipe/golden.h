@@ -1,4 +1,4 @@
-// The golden corpus format of deepseek-recipe's reference generator (testdata/recipe/README.md): one JSON
+// The golden corpus format of deepseek-recipe's reference generator (tests/data/recipe/README.md): one JSON
 // record per line in, one result line per record out, byte-comparable with rust.jsonl. Used by the golden
 // test and by `dsinfer recipe run|check`.
 #pragma once

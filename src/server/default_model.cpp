@@ -18,7 +18,7 @@ namespace dsinfer::server {
 namespace fs = std::filesystem;
 
 std::string_view tiny_config_json() {
-  // Keep equal to shared/configs/tiny.json (tests/server/default_model_test.cpp checks it).
+  // Keep equal to configs/tiny.json (tests/server/default_model_test.cpp checks it).
   static constexpr std::string_view kConfig = R"json({
   "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
   "vocab_size": 129280, "hidden_size": 256, "num_hidden_layers": 7,

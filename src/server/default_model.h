@@ -1,5 +1,5 @@
 // The model `dsinfer serve` runs when given none: the tiny DeepSeek-V4 configuration (the content of
-// shared/configs/tiny.json, embedded because an installed binary has no source tree) with the V4
+// configs/tiny.json, embedded because an installed binary has no source tree) with the V4
 // tokenizer, generated once by mkmodel with a fixed seed and cached under
 // ${DSINFER_HOME:-$HOME/.cache/dsinfer}/models/.
 #pragma once

@@ -16,7 +16,7 @@ using testing::small_config;
 ModelConfig parse(const json& j) { return ModelConfig::from_json(j, "test.json"); }
 
 TEST(ModelConfig, TinyFromSharedConfigs) {
-  const ModelConfig c = ModelConfig::load(std::string(DSINFER_SHARED_DIR) + "/configs/tiny.json");
+  const ModelConfig c = ModelConfig::load(std::string(DSINFER_SOURCE_DIR) + "/configs/tiny.json");
   EXPECT_EQ(c.architecture, "DeepseekV4ForCausalLM");
   EXPECT_EQ(c.vocab_size, 129280);
   EXPECT_EQ(c.hidden_size, 256);
@@ -54,7 +54,7 @@ TEST(ModelConfig, TinyFromSharedConfigs) {
 }
 
 TEST(ModelConfig, MediumFromSharedConfigs) {
-  const ModelConfig c = ModelConfig::load(std::string(DSINFER_SHARED_DIR) + "/configs/medium.json");
+  const ModelConfig c = ModelConfig::load(std::string(DSINFER_SOURCE_DIR) + "/configs/medium.json");
   EXPECT_EQ(c.num_hidden_layers, 13);
   EXPECT_EQ(c.n_mtp_layers, 1);
   EXPECT_EQ(c.nope_head_dim(), 448);

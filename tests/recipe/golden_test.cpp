@@ -1,4 +1,4 @@
-// Every record of testdata/recipe/corpus.jsonl through the recipe pipeline, compared byte for byte with
+// Every record of tests/data/recipe/corpus.jsonl through the recipe pipeline, compared byte for byte with
 // the Rust-generated rust.jsonl (after zeroing the wall-clock timestamps the README names).
 #include <gtest/gtest.h>
 
@@ -36,7 +36,7 @@ struct Case {
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = [] {
-    const std::string dir = std::string(DSINFER_SHARED_DIR) + "/testdata/recipe/";
+    const std::string dir = std::string(DSINFER_SOURCE_DIR) + "/tests/data/recipe/";
     const auto corpus = read_lines(dir + "corpus.jsonl");
     const auto golden = read_lines(dir + "rust.jsonl");
     std::map<std::string, std::string> expected;

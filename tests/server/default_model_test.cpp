@@ -12,8 +12,8 @@ namespace dsinfer::server {
 namespace {
 
 TEST(DefaultModel, EmbeddedConfigIsTheSharedTinyConfig) {
-  std::ifstream in(std::string(DSINFER_SHARED_DIR) + "/configs/tiny.json");
-  ASSERT_TRUE(in.good()) << "shared/configs/tiny.json is missing";
+  std::ifstream in(std::string(DSINFER_SOURCE_DIR) + "/configs/tiny.json");
+  ASSERT_TRUE(in.good()) << "configs/tiny.json is missing";
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_EQ(nlohmann::json::parse(tiny_config_json()), nlohmann::json::parse(text.str()));

@@ -1,4 +1,4 @@
-// The shared tokenizer cases (336 strings per version, generated with Hugging Face tokenizers 0.23.2
+// The tokenizer cases of tests/data/recipe/ (336 strings per version, generated with Hugging Face tokenizers 0.23.2
 // from the recipe's bundled V4 / V4.1 tokenizer.json): ids, decode and decode with
 // skip_special_tokens must all match. Every failing case is reported by index and text.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@ struct Case {
 };
 
 std::vector<Case> load_cases(const std::string& file, const std::string& expected_name) {
-  const std::string path = std::string(DSINFER_SHARED_DIR) + "/testdata/recipe/" + file;
+  const std::string path = std::string(DSINFER_SOURCE_DIR) + "/tests/data/recipe/" + file;
   const std::string text = testing::read_file(path);
   EXPECT_FALSE(text.empty()) << "cannot read " << path;
   std::vector<Case> out;

@@ -25,7 +25,7 @@ namespace dsinfer::model::deepseek_v4::testing {
 // The shared TINY config with a small vocabulary (every feature: SWA, CSA with top-k pruning, HCA ratio
 // 32, hash and scored MoE, MTP), or with overrides.
 inline nlohmann::json tiny_config(int64_t vocab = 512) {
-  std::ifstream in(std::string(DSINFER_SHARED_DIR) + "/configs/tiny.json");
+  std::ifstream in(std::string(DSINFER_SOURCE_DIR) + "/configs/tiny.json");
   nlohmann::json c = nlohmann::json::parse(in);
   c["vocab_size"] = vocab;
   return c;

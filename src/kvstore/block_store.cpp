@@ -120,17 +120,18 @@ void BlockStore::write_one(const WriteJob& job) {
     stats_.writes_existing.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  int err = make_dirs(record_dir(options_.dir, job.key), options_.faults);
+  const auto bytes = encode_record(job.key, job.tokens, job.payload, job.traffic_class, now, job.parent);
+  int err = write_record_file(path, bytes, now, options_.fsync, options_.faults);
+  if (err == ENOENT) {  // the first record of its fan-out directory
+    err = make_dirs(record_dir(options_.dir, job.key), options_.faults);
+    if (!err) err = write_record_file(path, bytes, now, options_.fsync, options_.faults);
+  }
   if (!err) {
-    const auto bytes = encode_record(job.key, job.tokens, job.payload, job.traffic_class, now, job.parent);
-    err = write_record_file(path, bytes, now, options_.fsync, options_.faults);
-    if (!err) {
-      stats_.records_written.fetch_add(1, std::memory_order_relaxed);
-      stats_.bytes_written.fetch_add(static_cast<int64_t>(bytes.size()), std::memory_order_relaxed);
-      std::lock_guard<std::mutex> lock(mutex_);
-      backoff_ns_ = 0;
-      return;
-    }
+    stats_.records_written.fetch_add(1, std::memory_order_relaxed);
+    stats_.bytes_written.fetch_add(static_cast<int64_t>(bytes.size()), std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mutex_);
+    backoff_ns_ = 0;
+    return;
   }
   stats_.write_errors.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);

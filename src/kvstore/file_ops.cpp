@@ -109,16 +109,26 @@ std::string unique_scratch_name(const std::string& directory, const char* prefix
          std::to_string(counter.fetch_add(1));
 }
 
+namespace {
+// Leaf first, parents only on ENOENT: one metadata operation in the common case (on a shared file
+// system every operation is a round trip).
+int make_dirs_from_leaf(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) == 0) return 0;
+  const int err = errno;
+  if (err == EEXIST) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+  }
+  const size_t slash = path.rfind('/');
+  if (err != ENOENT || slash == std::string::npos || slash == 0) return err;
+  if (int e = make_dirs_from_leaf(path.substr(0, slash))) return e;
+  return ::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST ? 0 : errno;
+}
+}  // namespace
+
 int make_dirs(const std::string& path, const IoFaults& faults) {
   if (int e = injected(faults, IoOp::kMkdir, path)) return e;
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
-  for (size_t pos = 1; pos <= path.size(); ++pos) {
-    if (pos != path.size() && path[pos] != '/') continue;
-    const std::string prefix = path.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return errno;
-  }
-  return 0;
+  return make_dirs_from_leaf(path);
 }
 
 int write_record_file(const std::string& final_path, std::span<const uint8_t> bytes, int64_t mtime_ns,

@@ -30,10 +30,6 @@ using testing::kDay;
 using testing::TempDir;
 using testing::test_key;
 
-std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -190,8 +186,10 @@ TEST(KvBlockStoreWrites, MissingDirectoryIsCreated) {
 TEST(KvBlockStoreWrites, UncreatableDirectoryDisablesWritesAndReadsMiss) {
   TempDir dir;
   write_file(dir.path() + "/file", {1});
+  FakeClock clock;
   StoreOptions o;
   o.dir = dir.path() + "/file/store";  // below a regular file: ENOTDIR
+  o.clock = clock.clock();
   BlockStore store(o);
   EXPECT_FALSE(store.writes_enabled());
   EXPECT_FALSE(store.put(test_key(0), block_tokens(test_key(0)), block_payload(0), TrafficClass::kChat));

@@ -165,6 +165,7 @@ TEST_F(KvGc, UnreadableHeadersAreCollectedAndStatCounts) {
   // A record whose header is garbage, 4 days unused: past the shortest TTL, so the collector opens it.
   const std::string bad = record_path(dir_.path(), test_key(1));
   std::ofstream(bad, std::ios::trunc) << std::string(100, 'x');
+  ASSERT_EQ(set_mtime(bad, clock_.now()), 0);
   clock_.advance(4 * kDay);
   ASSERT_EQ(set_mtime(record_path(dir_.path(), test_key(2)), clock_.now()), 0);
   const auto r = store.collect_garbage();

@@ -26,13 +26,13 @@ using testing::kHour;
 using testing::TempDir;
 using testing::test_key;
 
-constexpr size_t kPayload = 64 << 10;
+constexpr size_t kPayload = 16 << 10;
 
-void write_keys(const std::string& dir, uint64_t first, uint64_t count) {
+void write_keys(const std::string& dir, uint64_t first, uint64_t count, size_t payload = kPayload) {
   for (uint64_t i = first; i < first + count; ++i) {
     const uint64_t key = test_key(i);
     ASSERT_EQ(make_dirs(record_dir(dir, key), {}), 0);
-    const auto bytes = encode_record(key, block_tokens(key), block_payload(key, kPayload), TrafficClass::kChat, 1);
+    const auto bytes = encode_record(key, block_tokens(key), block_payload(key, payload), TrafficClass::kChat, 1);
     ASSERT_EQ(write_record_file(record_path(dir, key), bytes, 1, FsyncPolicy::kNone, {}), 0);
   }
 }
@@ -164,9 +164,9 @@ TEST(KvProcesses, WriterKilledMidWriteLeavesNothingAReaderAccepts) {
 // removals they report add up), every live one stays.
 TEST(KvProcesses, TwoCollectorsAtOnce) {
   TempDir dir;
-  constexpr uint64_t kRecords = 300;
+  constexpr uint64_t kRecords = 200;
   FakeClock clock;
-  write_keys(dir.path(), 0, kRecords);
+  write_keys(dir.path(), 0, kRecords, 1024);
   for (uint64_t i = 0; i < kRecords; ++i) {
     // Even records used 8 days ago (expired for both classes), odd ones an hour ago.
     ASSERT_EQ(set_mtime(record_path(dir.path(), test_key(i)), clock.now() - (i % 2 ? kHour : 8 * kDay)), 0);

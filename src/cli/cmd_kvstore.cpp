@@ -16,9 +16,9 @@ namespace dsinfer::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: dsinfer kvstore stat DIR      records, bytes, per traffic class, oldest/newest use\n"
-    "       dsinfer kvstore gc DIR [flags] remove expired records, then evict LRU above the high watermark\n"
-    "       dsinfer kvstore verify DIR    check every record in full; exit 1 if any is bad\n"
+    "usage: dsinfer kvstore stat DIR          records, bytes, per traffic class, oldest/newest use\n"
+    "       dsinfer kvstore gc DIR [flags]    remove expired records, then evict LRU above the high watermark\n"
+    "       dsinfer kvstore verify DIR        check every record in full; exit 1 if any is bad\n"
     "(dsinfer kvstore SUBCOMMAND --help for its flags)\n";
 
 std::string format_time(int64_t ns) {

@@ -58,9 +58,9 @@ int main(int argc, char** argv) {
     BlockStore store(o);
     std::latch done(records);
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < records; ++i) {
-      store.load(LoadRequest{key_of(i), tokens}, [&](LoadResult) { done.count_down(); });
-    }
+    std::vector<LoadRequest> batch;
+    for (int i = 0; i < records; ++i) batch.push_back(LoadRequest{key_of(i), tokens});
+    store.load_batch(std::move(batch), [&](LoadResult) { done.count_down(); });
     done.wait();
     const double s = seconds_since(t0);
     std::printf("read (%s): %.1f MB/s, %lld hits, mean latency %.2f ms\n", store.read_backend_name(), mb / s,

@@ -65,7 +65,17 @@ bool BlockStore::put(uint64_t key, std::span<const int32_t> tokens, std::vector<
 }
 
 void BlockStore::load(LoadRequest request, LoadCallback done) {
-  reader_->submit(ReadJob{std::move(request), std::move(done), steady_now_ns()});
+  std::vector<ReadJob> jobs;
+  jobs.push_back(ReadJob{std::move(request), std::move(done), steady_now_ns()});
+  reader_->submit(std::move(jobs));
+}
+
+void BlockStore::load_batch(std::vector<LoadRequest> requests, LoadCallback done) {
+  std::vector<ReadJob> jobs;
+  jobs.reserve(requests.size());
+  const int64_t now = steady_now_ns();
+  for (auto& r : requests) jobs.push_back(ReadJob{std::move(r), done, now});
+  reader_->submit(std::move(jobs));
 }
 
 std::future<LoadResult> BlockStore::load(LoadRequest request) {

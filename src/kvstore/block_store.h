@@ -62,6 +62,8 @@ class BlockStore {
   // Reads the record of request.key; `done` runs on an I/O thread (keep it short: hand the result over).
   void load(LoadRequest request, LoadCallback done);
   std::future<LoadResult> load(LoadRequest request);
+  // Many reads in one submission (the blocks of one prompt): `done` runs once per request, in any order.
+  void load_batch(std::vector<LoadRequest> requests, LoadCallback done);
 
   // Waits until every write accepted so far has been written or has failed (tests, shutdown).
   void flush();

@@ -122,12 +122,12 @@ class PreadReader : public RecordReader {
     cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
-  void submit(ReadJob job) override {
+  void submit(std::vector<ReadJob> jobs) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(job));
+      for (auto& job : jobs) queue_.push_back(std::move(job));
     }
-    cv_.notify_one();
+    cv_.notify_all();
   }
   const char* name() const override { return "pread threads"; }
 

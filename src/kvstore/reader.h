@@ -65,7 +65,7 @@ struct ReadContext {
 class RecordReader {
  public:
   virtual ~RecordReader() = default;
-  virtual void submit(ReadJob job) = 0;
+  virtual void submit(std::vector<ReadJob> jobs) = 0;  // one wake-up of the I/O thread(s) for the batch
   virtual const char* name() const = 0;
 };
 

@@ -37,10 +37,10 @@ class UringReader : public RecordReader {
     thread_.join();
     io_uring_queue_exit(&ring_);
   }
-  void submit(ReadJob job) override {
+  void submit(std::vector<ReadJob> jobs) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(job));
+      for (auto& job : jobs) queue_.push_back(std::move(job));
     }
     cv_.notify_one();
   }

@@ -84,17 +84,20 @@ TEST_P(KvBlockStore, BatchOfCallbacks) {
   std::mutex m;
   std::vector<int> hit(100, -1);
   std::latch all(100);
-  for (uint64_t i = 0; i < 100; ++i) {
-    store.load(LoadRequest{test_key(i), block_tokens(test_key(i))}, [&, i](LoadResult r) {
-      {
-        std::lock_guard<std::mutex> lock(m);
-        hit[i] = r.hit() ? 1 : 0;
+  std::vector<LoadRequest> batch;
+  for (uint64_t i = 0; i < 100; ++i) batch.push_back(LoadRequest{test_key(i), block_tokens(test_key(i))});
+  store.load_batch(std::move(batch), [&](LoadResult r) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      for (uint64_t i = 0; i < 100; ++i) {
+        if (test_key(i) == r.key) hit[i] = r.hit() ? 1 : 0;
       }
-      all.count_down();
-    });
-  }
+    }
+    all.count_down();
+  });
   all.wait();
   for (uint64_t i = 0; i < 100; ++i) EXPECT_EQ(hit[i], i % 2 == 0 ? 1 : 0) << i;
+  EXPECT_EQ(store.stats().loads.load(), 100);
 }
 
 // Each corruption of the file on disk: the load is a miss, the file is removed, and nothing crashes.

@@ -1,8 +1,15 @@
 // Races between threads and between processes on one store directory: writers of the same keys, a
 // writer killed with SIGKILL in the middle of writing, and two collectors at once.
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstddef>
 
 #include <gtest/gtest.h>
 
@@ -204,6 +211,47 @@ TEST(KvProcesses, TwoCollectorsAtOnce) {
     EXPECT_EQ(std::filesystem::exists(record_path(dir.path(), test_key(i))), i % 2 == 1) << i;
   }
   for (const auto& f : scan_store(dir.path())) EXPECT_FALSE(f.scratch) << f.path;
+}
+
+// A container whose seccomp profile forbids io_uring (Docker's default does): made here with a filter
+// that fails io_uring_setup with EPERM, in a child process. The store must fall back to pread threads
+// and still read.
+TEST(KvProcesses, FallsBackToPreadWhenIoUringIsForbidden) {
+#if defined(__NR_io_uring_setup) && defined(__x86_64__)
+  TempDir dir;
+  write_keys(dir.path(), 0, 3, 1024);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+      ::_exit(3);
+    }
+    StoreOptions o;
+    o.dir = dir.path();  // read_backend kAuto
+    BlockStore store(o);
+    if (std::string(store.read_backend_name()) != "pread threads") ::_exit(4);
+    for (uint64_t i = 0; i < 3; ++i) {
+      if (!store.load(LoadRequest{test_key(i), block_tokens(test_key(i))}).get().hit()) ::_exit(5);
+    }
+    ::_exit(0);
+  }
+  const int status = wait_child(child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "seccomp filters not permitted here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "4: did not fall back to pread, 5: a load missed";
+#else
+  GTEST_SKIP() << "the seccomp filter here is written for x86-64";
+#endif
 }
 
 }  // namespace

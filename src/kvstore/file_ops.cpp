@@ -195,8 +195,7 @@ void remove_if_same_file(const std::string& path, dev_t dev, ino_t ino) {
   if (::stat(path.c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino) ::unlink(path.c_str());
 }
 
-std::vector<StoreFile> scan_store(const std::string& dir) {
-  std::vector<StoreFile> out;
+void for_each_store_file(const std::string& dir, const std::function<void(const StoreFile&)>& visit) {
   auto list_dirs = [](const std::string& path) {
     std::vector<std::string> names;
     if (DIR* d = ::opendir(path.c_str())) {
@@ -210,11 +209,15 @@ std::vector<StoreFile> scan_store(const std::string& dir) {
   for (const auto& a : list_dirs(dir)) {
     for (const auto& b : list_dirs(dir + "/" + a)) {
       const std::string leaf = dir + "/" + a + "/" + b;
-      DIR* d = ::opendir(leaf.c_str());
-      if (!d) continue;
-      while (const dirent* e = ::readdir(d)) {
+      std::vector<std::string> names;
+      if (DIR* d = ::opendir(leaf.c_str())) {
+        while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+        ::closedir(d);
+      }
+      // The listing is read completely before any file is visited: visitors remove and rename files.
+      for (auto& name : names) {
         StoreFile f;
-        f.name = e->d_name;
+        f.name = std::move(name);
         f.scratch = is_scratch_name(f.name);
         if (!f.scratch && !parse_record_name(f.name, &f.key)) continue;
         f.path = leaf + "/" + f.name;
@@ -222,11 +225,16 @@ std::vector<StoreFile> scan_store(const std::string& dir) {
         if (::stat(f.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
         f.size = st.st_size;
         f.mtime_ns = mtime_ns_of(st);
-        out.push_back(std::move(f));
+        f.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * kNsPerSecond + st.st_ctim.tv_nsec;
+        visit(f);
       }
-      ::closedir(d);
     }
   }
+}
+
+std::vector<StoreFile> scan_store(const std::string& dir) {
+  std::vector<StoreFile> out;
+  for_each_store_file(dir, [&](const StoreFile& f) { out.push_back(f); });
   return out;
 }
 

@@ -69,8 +69,12 @@ struct StoreFile {
   uint64_t key = 0;      // records only
   int64_t size = 0;
   int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;  // set by the kernel on create, write, rename, utimens: a scratch file's real age
 };
-// Lists the records and scratch files of a store (files that vanish during the scan are skipped).
+// Visits the records and scratch files of a store one leaf directory at a time (files that vanish
+// during the walk are skipped), so a walk over a billion records holds one directory listing at a time.
+void for_each_store_file(const std::string& dir, const std::function<void(const StoreFile&)>& visit);
+// The same as a list (tests, small stores).
 std::vector<StoreFile> scan_store(const std::string& dir);
 
 int64_t mtime_ns_of(const struct stat& st);

@@ -38,11 +38,21 @@ std::optional<TrafficClass> read_class(const std::string& path, bool* vanished) 
 GcReport collect_garbage(const std::string& dir, const GcOptions& options, const Clock& clock, StoreStats* stats) {
   GcReport report;
   const int64_t now = clock();
-  std::vector<StoreFile> live;
-  for (auto& f : scan_store(dir)) {
+  // What eviction needs of each surviving record: 24 bytes, so a store of 10^8 records costs 2.4 GB
+  // of collector memory at most (the path is rebuilt from the key).
+  struct Live {
+    int64_t mtime_ns;
+    uint64_t key;
+    int64_t size;
+  };
+  std::vector<Live> live;
+  for_each_store_file(dir, [&](const StoreFile& f) {
     if (f.scratch) {
-      if (now - f.mtime_ns > options.scratch_max_age_ns && ::unlink(f.path.c_str()) == 0) ++report.scratch_removed;
-      continue;
+      // By ctime too: a record another collector has just renamed to .gc.* keeps its old mtime, and
+      // removing it under that collector would only make it count the removal wrong.
+      const int64_t touched = std::max(f.mtime_ns, f.ctime_ns);
+      if (now - touched > options.scratch_max_age_ns && ::unlink(f.path.c_str()) == 0) ++report.scratch_removed;
+      return;
     }
     ++report.records_scanned;
     report.bytes_scanned += f.size;
@@ -53,21 +63,20 @@ GcReport collect_garbage(const std::string& dir, const GcOptions& options, const
     if (age > options.ttl.min_ttl() && age <= options.ttl.max_ttl()) {
       bool vanished = false;
       const auto cls = read_class(f.path, &vanished);
-      if (vanished) continue;
+      if (vanished) return;
       ttl = cls ? options.ttl.ttl(*cls) : 0;  // an unreadable header: a reader would reject it anyway
     }
     if (age > ttl) {
-      const bool removed = remove_if_still(f.path, [&](int64_t mtime) { return now - mtime > ttl; });
-      if (removed) {
+      if (remove_if_still(f.path, [&](int64_t mtime) { return now - mtime > ttl; })) {
         ++report.expired;
         report.bytes_removed += f.size;
-        continue;
+        return;
       }
       // Refreshed (kept) or already removed by another collector: counted below only if still there.
-      if (::access(f.path.c_str(), F_OK) != 0) continue;
+      if (::access(f.path.c_str(), F_OK) != 0) return;
     }
-    live.push_back(std::move(f));
-  }
+    live.push_back(Live{f.mtime_ns, f.key, f.size});
+  });
 
   int64_t bytes = 0;
   for (const auto& f : live) bytes += f.size;
@@ -75,19 +84,20 @@ GcReport collect_garbage(const std::string& dir, const GcOptions& options, const
       static_cast<double>(bytes) > options.high_watermark * static_cast<double>(options.capacity_bytes)) {
     const auto target = static_cast<int64_t>(options.low_watermark * static_cast<double>(options.capacity_bytes));
     // Least recently used first; the key breaks ties so concurrent collectors pick the same victims.
-    std::sort(live.begin(), live.end(), [](const StoreFile& a, const StoreFile& b) {
+    std::sort(live.begin(), live.end(), [](const Live& a, const Live& b) {
       return a.mtime_ns != b.mtime_ns ? a.mtime_ns < b.mtime_ns : a.key < b.key;
     });
     for (auto& f : live) {
       if (bytes <= target) break;
       // Evict only if nobody used it since the scan; a used record stays and a later pass picks others.
       const int64_t seen = f.mtime_ns;
-      if (remove_if_still(f.path, [&](int64_t mtime) { return mtime <= seen; })) {
+      const std::string path = record_path(dir, f.key);
+      if (remove_if_still(path, [&](int64_t mtime) { return mtime <= seen; })) {
         ++report.evicted;
         report.bytes_removed += f.size;
         bytes -= f.size;
         f.size = -1;
-      } else if (::access(f.path.c_str(), F_OK) != 0) {
+      } else if (::access(path.c_str(), F_OK) != 0) {
         bytes -= f.size;  // another collector evicted it
         f.size = -1;
       }

@@ -35,13 +35,13 @@ bool read_prefix(const std::string& path, size_t limit, std::vector<uint8_t>* ou
 StoreSummary summarize_store(const std::string& dir) {
   StoreSummary s;
   std::vector<uint8_t> header;
-  for (const auto& f : scan_store(dir)) {
+  for_each_store_file(dir, [&](const StoreFile& f) {
     if (f.scratch) {
       ++s.scratch_files;
       s.scratch_bytes += f.size;
-      continue;
+      return;
     }
-    if (!read_prefix(f.path, kRecordHeaderBytes, &header)) continue;
+    if (!read_prefix(f.path, kRecordHeaderBytes, &header)) return;
     ++s.records;
     s.bytes += f.size;
     s.oldest_mtime_ns = s.records == 1 ? f.mtime_ns : std::min(s.oldest_mtime_ns, f.mtime_ns);
@@ -49,12 +49,12 @@ StoreSummary summarize_store(const std::string& dir) {
     RecordHeader h;
     if (parse_header(header, &h) != RecordStatus::kOk) {
       ++s.bad_headers;
-      continue;
+      return;
     }
     auto& c = s.per_class[static_cast<size_t>(h.traffic_class)];
     ++c.records;
     c.bytes += f.size;
-  }
+  });
   return s;
 }
 
@@ -65,9 +65,9 @@ std::vector<BadRecord> verify_store(const std::string& dir, int64_t* records_che
   std::vector<uint8_t> bytes;
   // One byte past the largest valid record, so an oversized file is reported rather than read whole.
   const auto limit = static_cast<size_t>(kRecordHeaderBytes + uint64_t{kMaxRecordTokens} * 4 + kMaxRecordPayloadBytes + 1);
-  for (const auto& f : scan_store(dir)) {
-    if (f.scratch) continue;
-    if (!read_prefix(f.path, std::min(static_cast<size_t>(f.size) + 1, limit), &bytes)) continue;
+  for_each_store_file(dir, [&](const StoreFile& f) {
+    if (f.scratch) return;
+    if (!read_prefix(f.path, std::min(static_cast<size_t>(f.size) + 1, limit), &bytes)) return;
     ++checked;
     RecordView view;
     RecordStatus status = parse_record(bytes, &view);
@@ -76,7 +76,7 @@ std::vector<BadRecord> verify_store(const std::string& dir, int64_t* records_che
       bad.push_back({f.path, status});
       if (on_bad) on_bad(bad.back());
     }
-  }
+  });
   if (records_checked) *records_checked = checked;
   return bad;
 }

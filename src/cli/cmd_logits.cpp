@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "kernels/cpu/targets.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/sequence_state.h"
 
@@ -133,6 +134,7 @@ int run_logits(int argc, char** argv) {
   args.option("rollback", "K", "after every chunk run K extra random tokens and roll them back", "0");
   args.option("seed", "S", "seed of the random rollback tokens", "1");
   args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
+  args.option("simd", "TARGET", "force one compiled SIMD target, e.g. AVX2 (diagnostic: each computes other bits)", "");
   args.option("dump-kv", "PREFIX", "also write the stored (QDQ'd) window KV, compressed KV and indexer keys as .npy");
   if (!args.parse(argc, argv)) return args.exit_code();
 
@@ -146,6 +148,15 @@ int run_logits(int argc, char** argv) {
   if (chunk == 0) chunk = T;
   DSINFER_CHECK(!mtp || T >= 2, "--mtp needs at least 2 prompt tokens");
 
+  std::optional<kernels::ScopedTarget> simd;
+  if (const std::string want = args.get("simd"); !want.empty()) {
+    std::string names;
+    for (const kernels::SimdTarget& t : kernels::available_targets()) {
+      if (t.name == want) simd.emplace(t);
+      names += " " + t.name;
+    }
+    DSINFER_CHECK(simd.has_value(), "--simd: no target ", want, " in this build on this CPU (have:", names, ")");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto model = v4::Model::load(args.get("model"), model_options(args));
   const auto t1 = std::chrono::steady_clock::now();

@@ -3,7 +3,8 @@
 // wrapping runner lets the real MTP drafter run (its state advances exactly as in production) and then
 // replaces its proposals with the plain greedy loop's own next tokens, wrong from a chosen index on:
 // chained drafts (k = 1..3) are accepted fully, partly or not at all, and the kept / rolled-back
-// positions must leave the output bitwise equal to non-speculative greedy decoding.
+// positions must leave the output bitwise equal to non-speculative greedy decoding. (It can fail: with
+// the wrapper's truncate() made a no-op, the outputs leave the greedy path at the first rejection.)
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -164,8 +165,7 @@ TEST_F(SpeculationV4, ForcedAcceptanceKeepsGreedyOutputBitwise) {
       EXPECT_EQ(m.draft_tokens_total, runner->drafted()) << "k " << k;
       EXPECT_EQ(m.accepted_draft_tokens_total, runner->expected_accepted()) << "k " << k;
       EXPECT_GT(m.accepted_draft_tokens_total, 0);
-      // Accepted drafts save steps: fewer forward steps than generated tokens. (Checked that it can fail:
-  // with truncate() made a no-op here, the outputs leave the greedy path at the first rejection.)
+      // Accepted drafts save steps: fewer forward steps than generated tokens.
       EXPECT_LT(m.steps_total, m.generated_tokens_total) << "k " << k;
       std::printf("prompt %d k %d: %lld drafted, %lld accepted, %lld steps for %lld tokens\n", c.prompt_len, k,
                   static_cast<long long>(m.draft_tokens_total), static_cast<long long>(m.accepted_draft_tokens_total),

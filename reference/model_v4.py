@@ -8,7 +8,10 @@ float64 (or float32) on exactly decoded weights.
 Numerics (§2.14):
   * "plain" (default): no rounding of activations anywhere, except the KV FP8 QDQ (448 nope dims,
     block 64) and the indexer FP4 QDQ (block 32), which are part of the model (QAT). `kv_qdq=False`
-    turns both off.
+    turns both off. `teacher` (teacher forcing, used by the golden tests): a dict of the vectors a
+    candidate engine stored after its own QDQ ("window{L}" [T, head_dim], "comp{L}" [G, head_dim],
+    "key{L}" [G, index_dim]); they replace this reference's QDQ results after each is checked to be a
+    correct rounding of this reference's own pre-quantization values (see `_teach`).
   * "reference": additionally FP8 QDQ of the activation (block 128) in front of every GEMM whose
     weight is FP8/FP4 in the checkpoint, and bf16 rounding where the official code stores bf16.
     Only statistically comparable (§2.14).
@@ -160,7 +163,7 @@ def topk_lower_index_on_ties(scores, k):
 
 
 class DeepseekV4Reference:
-    def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, numerics="plain", trace=False):
+    def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, numerics="plain", trace=False, teacher=None):
         if numerics not in ("plain", "reference"):
             raise ValueError(f"numerics must be 'plain' or 'reference', not {numerics}")
         self.cfg = Config.load(model_dir)
@@ -169,6 +172,8 @@ class DeepseekV4Reference:
         self.kv_qdq = kv_qdq
         self.ref = numerics == "reference"
         self.trace = {} if trace else None
+        self.teacher = teacher
+        self.teacher_stats = {}  # site -> (values, differing from own QDQ, not a nearest rounding, off grid)
         self._head = None
         self._hadamard = hadamard_matrix(self.cfg.index_dim, dtype)
 
@@ -197,15 +202,40 @@ class DeepseekV4Reference:
     def norm(self, x, name):
         return self.bf(rms_norm(x, self.p(name + ".weight"), self.cfg.norm_eps))
 
-    def kv_fp8(self, x):
+    def kv_fp8(self, x, site=None):
         """FP8 QDQ of the nope dims of KV vectors (§2.10), rope dims untouched."""
         if not self.kv_qdq:
             return x
         rd = self.cfg.rope_dim
-        return torch.cat([formats.fp8_qdq(x[..., :-rd], 64), x[..., -rd:]], dim=-1)
+        nope = self._teach(site, x[..., :-rd], 64, formats.fp8_qdq)
+        return torch.cat([nope, x[..., -rd:]], dim=-1)
 
-    def idx_fp4(self, x):
-        return formats.fp4_qdq(x, 32) if self.kv_qdq else x
+    def idx_fp4(self, x, site=None):
+        return self._teach(site, x, 32, formats.fp4_qdq) if self.kv_qdq else x
+
+    def _teach(self, site, x, block, qdq):
+        """qdq(x, block), or with a teacher the teacher's values for `site`. Those must be what a correct
+        QDQ of x gives: each value equal to ours, or, where x lies within a hair of a rounding decision
+        (so that a 1e-7 difference upstream may flip it), as far from x as ours to within 1e-5 of the
+        block's amax; and on the grid (a QDQ of it changes nothing). A wrong QDQ in either engine breaks
+        that (measured: truncation instead of RNE, FP4 block 16, see NOTES.md "Teacher forcing")."""
+        own = qdq(x, block)
+        if self.teacher is None or site is None:
+            return own
+        if site not in self.teacher:
+            raise KeyError(f"teacher forcing: no values for {site}")
+        d = torch.as_tensor(self.teacher[site]).to(self.dtype)
+        if not site.startswith("key"):  # KV: the teacher's rope dims are not quantized; ours are used
+            d = d[..., :x.shape[-1]]
+        if d.shape != x.shape:
+            raise ValueError(f"teacher forcing: {site} has shape {tuple(d.shape)}, expected {tuple(x.shape)}")
+        amax = x.reshape(*x.shape[:-1], -1, block).abs().amax(-1, keepdim=True)
+        tol = (1e-5 * amax).expand(*x.shape[:-1], x.shape[-1] // block, block).reshape(x.shape)
+        differ = d != own
+        bad = differ & (((d - x).abs() - (own - x).abs()).abs() > tol)
+        off_grid = qdq(d, block) != d
+        self.teacher_stats[site] = (d.numel(), int(differ.sum()), int(bad.sum()), int(off_grid.sum()))
+        return d
 
     def rot(self, x, angles):
         """RoPE on the last rope_dim dims (bf16 result in 'reference' numerics, as the official in-place rotation)."""
@@ -289,7 +319,7 @@ class DeepseekV4Reference:
         T = a.shape[0]
         ratio = 4
         keys = self.compressor(a, prefix + "compressor.", ratio, cfg.index_dim)
-        keys = self.bf(self.idx_fp4(self.bf(keys @ self._hadamard)))
+        keys = self.bf(self.idx_fp4(self.bf(keys @ self._hadamard), f"key{L}"))
         G = keys.shape[0]
         qi = self.lin(qr, prefix + "wq_b").view(T, cfg.index_heads, cfg.index_dim)
         qi = self.rot(qi, ang[:, None, :])
@@ -324,7 +354,7 @@ class DeepseekV4Reference:
         q = self.rot(q, ang[:, None, :])
 
         kv = self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm")
-        kv = self.kv_fp8(self.rot(kv, ang))
+        kv = self.kv_fp8(self.rot(kv, ang), f"window{L}")
 
         pq = positions[:, None]
         pk = positions[None, :]
@@ -333,7 +363,7 @@ class DeepseekV4Reference:
         if ratio:
             # Compressed positions are relative to the sequence start: this reference always
             # prefills from position 0 (positions == arange(T)).
-            comp = self.kv_fp8(self.compressor(a, prefix + "compressor.", ratio, hd))
+            comp = self.kv_fp8(self.compressor(a, prefix + "compressor.", ratio, hd), f"comp{L}")
             G = comp.shape[0]
             visible = torch.arange(G)[None, :] < ((positions + 1) // ratio)[:, None]
             if ratio == 4:

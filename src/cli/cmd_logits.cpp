@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -11,7 +12,9 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "core/error.h"
+#include "kernels/cpu/targets.h"
 #include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/sequence_state.h"
 
 namespace dsinfer::cli {
 namespace {
@@ -60,6 +63,54 @@ void write_npy(const std::string& path, const std::vector<float>& data, int64_t 
   DSINFER_CHECK(out.good(), "--out: write to ", path, " failed");
 }
 
+// --dump-kv: every vector the forward pass stored after its KV FP8 / indexer FP4 QDQ, decoded to fp32, so
+// the golden tests can feed dsinfer's own codes to the reference (teacher forcing): a 1e-7 difference
+// that moves a value across a rounding boundary then cannot avalanche. Files PREFIX.window.npy
+// [layers·T, head_dim] (row l·T + p), PREFIX.comp<l>.npy [T/ratio, head_dim], PREFIX.key<l>.npy
+// [T/4, index_dim] and, with --mtp, PREFIX.mtp_window.npy [T-1, head_dim].
+class KvDump {
+ public:
+  KvDump(const v4::ModelShape& s, int64_t rows) : s_(s), rows_(rows) {
+    window_.resize(static_cast<size_t>(s.n_layers * rows * s.head_dim));
+  }
+  // Window rows of positions [b, b+n) of `layer` (all backbone layers, or the MTP block's).
+  void window(const v4::SequenceState& st, int64_t layer, int64_t b, int64_t n) {
+    const v4::PositionRing& ring = st.layer(layer).window;
+    const bool mtp = layer == s_.n_layers;
+    float* dst = mtp ? mtp_window_.data() : window_.data() + layer * rows_ * s_.head_dim;
+    for (int64_t p = b; p < b + n; ++p) {
+      DSINFER_CHECK(ring.contains(p), "--dump-kv: window row ", p, " of layer ", layer, " is gone");
+      s_.kv.decode(ring.row(p), dst + p * s_.head_dim);
+    }
+  }
+  void window_all(const v4::SequenceState& st, int64_t b, int64_t n) {
+    for (int64_t l = 0; l < s_.n_layers; ++l) window(st, l, b, n);
+  }
+  void begin_mtp(int64_t rows) { mtp_window_.assign(static_cast<size_t>(rows * s_.head_dim), 0.0f); }
+  void write_main(const v4::SequenceState& st, const std::string& prefix, int64_t T) {
+    write_npy(prefix + ".window.npy", window_, s_.n_layers * rows_, s_.head_dim);
+    for (int64_t l = 0; l < s_.n_layers; ++l) {
+      const v4::LayerShape& ls = s_.layers[l];
+      if (!ls.compressed()) continue;
+      const int64_t G = T / ls.ratio;
+      std::vector<float> kv(static_cast<size_t>(G * s_.head_dim));
+      std::vector<float> key(static_cast<size_t>(G * s_.index_dim));
+      for (int64_t g = 0; g < G; ++g) {
+        s_.kv.decode(st.entry_kv(ls.part, g), kv.data() + g * s_.head_dim);
+        if (ls.csa()) s_.key.decode(st.entry_key(ls.part, g), key.data() + g * s_.index_dim);
+      }
+      write_npy(prefix + ".comp" + std::to_string(l) + ".npy", kv, G, s_.head_dim);
+      if (ls.csa()) write_npy(prefix + ".key" + std::to_string(l) + ".npy", key, G, s_.index_dim);
+    }
+  }
+  const std::vector<float>& mtp_window() const { return mtp_window_; }
+
+ private:
+  const v4::ModelShape& s_;
+  int64_t rows_;
+  std::vector<float> window_, mtp_window_;
+};
+
 v4::ModelOptions model_options(const Args& args) {
   v4::ModelOptions opt;
   opt.numerics.mode = v4::parse_numerics_mode(args.get("numerics"));
@@ -83,6 +134,8 @@ int run_logits(int argc, char** argv) {
   args.option("rollback", "K", "after every chunk run K extra random tokens and roll them back", "0");
   args.option("seed", "S", "seed of the random rollback tokens", "1");
   args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
+  args.option("simd", "TARGET", "force one compiled SIMD target, e.g. AVX2 (diagnostic: each computes other bits)", "");
+  args.option("dump-kv", "PREFIX", "also write the stored (QDQ'd) window KV, compressed KV and indexer keys as .npy");
   if (!args.parse(argc, argv)) return args.exit_code();
 
   const std::vector<int32_t> ids = read_ids(args.get("prompt-ids"));
@@ -95,6 +148,15 @@ int run_logits(int argc, char** argv) {
   if (chunk == 0) chunk = T;
   DSINFER_CHECK(!mtp || T >= 2, "--mtp needs at least 2 prompt tokens");
 
+  std::optional<kernels::ScopedTarget> simd;
+  if (const std::string want = args.get("simd"); !want.empty()) {
+    std::string names;
+    for (const kernels::SimdTarget& t : kernels::available_targets()) {
+      if (t.name == want) simd.emplace(t);
+      names += " " + t.name;
+    }
+    DSINFER_CHECK(simd.has_value(), "--simd: no target ", want, " in this build on this CPU (have:", names, ")");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto model = v4::Model::load(args.get("model"), model_options(args));
   const auto t1 = std::chrono::steady_clock::now();
@@ -104,6 +166,9 @@ int run_logits(int argc, char** argv) {
   std::uniform_int_distribution<int32_t> random_token(0, static_cast<int32_t>(vocab - 1));
 
   auto seq = model->new_sequence();
+  const std::optional<std::string> dump_prefix = args.get_optional("dump-kv");
+  std::optional<KvDump> dump;
+  if (dump_prefix) dump.emplace(model->shape(), T);
   std::vector<float> logits;
   std::vector<float> hidden;
   std::vector<v4::SequenceOutput> out(1);
@@ -117,6 +182,7 @@ int run_logits(int argc, char** argv) {
     model->forward({&in, 1}, out);
     logits.insert(logits.end(), out[0].logits.begin(), out[0].logits.end());
     hidden.insert(hidden.end(), out[0].hidden.begin(), out[0].hidden.end());
+    if (dump) dump->window_all(*seq, b, n);
     if (rollback > 0) {
       const int64_t len = seq->length();
       std::vector<int32_t> junk(rollback);
@@ -128,11 +194,13 @@ int run_logits(int argc, char** argv) {
       seq->truncate(len);
     }
   }
+  if (dump) dump->write_main(*seq, *dump_prefix, T);
   int64_t rows = T;
   if (mtp) {
     // MTP row p: hidden state at p and token p+1, fed in the same chunking.
     logits.clear();
     rows = T - 1;
+    if (dump) dump->begin_mtp(rows);
     for (int64_t b = 0; b < rows; b += chunk) {
       const int64_t n = std::min(chunk, rows - b);
       v4::MtpInput in;
@@ -142,6 +210,7 @@ int run_logits(int argc, char** argv) {
       in.logits = v4::LogitRows::kAll;
       model->mtp_forward({&in, 1}, out);
       logits.insert(logits.end(), out[0].logits.begin(), out[0].logits.end());
+      if (dump) dump->window(*seq, model->shape().n_layers, b, n);
       if (rollback > 0) {
         const int64_t len = seq->mtp_length();
         std::vector<int32_t> junk(rollback);
@@ -158,6 +227,7 @@ int run_logits(int argc, char** argv) {
       }
     }
   }
+  if (dump && mtp) write_npy(*dump_prefix + ".mtp_window.npy", dump->mtp_window(), rows, model->shape().head_dim);
   const auto t2 = std::chrono::steady_clock::now();
   write_npy(args.get("out"), logits, rows, vocab);
   const double load_s = std::chrono::duration<double>(t1 - t0).count();

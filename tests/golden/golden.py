@@ -9,6 +9,10 @@
                      [--rollback K] [--max-median-rel X] [--max-rel X] [--min-argmax X]
                      [--prefix-rows N --prefix-max-rel X]
       runs `dsinfer logits` with those flags and compares with the reference of the setup.
+  golden.py teacher --dsinfer BIN --work DIR --name NAME [--mtp] [--chunk-size N] [--rollback K] [thresholds]
+      KV / indexer QDQ on, teacher-forced: `dsinfer logits --dump-kv` writes every QDQ'd vector it stored,
+      the reference (float64, in process) uses them instead of its own QDQ results after checking each is
+      a correct rounding of its own values, and the logits are compared (strict bounds by default).
   golden.py short    --dsinfer BIN --work DIR [--lengths 1,2,3,...]
       prompts shorter than a compression group / window (fresh compressor state): one-pass and MTP.
   golden.py selftest --dsinfer BIN --config CFG --seed S --work DIR
@@ -141,16 +145,17 @@ def report(a_path, b_path, label, th):
     return not bad
 
 
-def dsinfer_logits(args, model, ids, out, mtp=False):
+def dsinfer_logits(args, model, ids, out, mtp=False, extra=()):
     cmd = [args.dsinfer, "logits", "--model", model, "--prompt-ids", ",".join(map(str, ids)), "--out", out]
     if mtp:
         cmd.append("--mtp")
-    if args.no_kv_qdq:
+    if getattr(args, "no_kv_qdq", False):
         cmd.append("--no-kv-qdq")
     if getattr(args, "chunk_size", None):
         cmd += ["--chunk-size", str(args.chunk_size)]
     if getattr(args, "rollback", None):
         cmd += ["--rollback", str(args.rollback)]
+    cmd += list(extra)
     run(cmd, "dsinfer logits")
 
 
@@ -163,6 +168,62 @@ def cmd_compare(args):
         os.remove(out)
     dsinfer_logits(args, os.path.join(args.work, "model"), read_ids(args.work), out, args.mtp)
     ok = report(out, ref, args.name, args)
+    return 0 if ok else 1
+
+
+def load_teacher(prefix, n_layers, mtp):
+    """The files of `dsinfer logits --dump-kv PREFIX` as the reference's teacher dict."""
+    win = np.load(prefix + ".window.npy")
+    T = win.shape[0] // n_layers
+    teacher = {f"window{L}": win[L * T:(L + 1) * T] for L in range(n_layers)}
+    for L in range(n_layers):
+        for kind in ("comp", "key"):
+            path = f"{prefix}.{kind}{L}.npy"
+            if os.path.exists(path):
+                teacher[f"{kind}{L}"] = np.load(path)
+    if mtp:
+        teacher[f"window{n_layers}"] = np.load(prefix + ".mtp_window.npy")
+    return teacher
+
+
+def cmd_teacher(args):
+    ids = read_ids(args.work)
+    model = os.path.join(args.work, "model")
+    prefix = os.path.join(args.work, f"teacher_{args.name}")
+    out = prefix + ".npy"
+    for old in [f for f in os.listdir(args.work) if f.startswith(f"teacher_{args.name}.")]:
+        os.remove(os.path.join(args.work, old))
+    dsinfer_logits(args, model, ids, out, args.mtp, extra=["--dump-kv", prefix])
+    import torch
+    from model_v4 import DeepseekV4Reference
+    t0 = time.time()
+    ref_model = DeepseekV4Reference(model, kv_qdq=True)
+    ref_model.teacher = load_teacher(prefix, ref_model.cfg.n_layers, args.mtp)
+    with torch.no_grad():
+        logits, state = ref_model.forward(ids)
+        if args.mtp:
+            logits = ref_model.mtp(state, ids)
+    ref = prefix + "_ref.npy"
+    np.save(ref, logits.to(torch.float32).numpy())
+    print(f"reference (float64, teacher-forced on dsinfer's stored QDQ values): {time.time() - t0:.1f} s")
+    unused = set(ref_model.teacher) - set(ref_model.teacher_stats)
+    ok = not unused
+    if unused:
+        print(f"[{args.name}] FAIL: dumped values the reference never used: {sorted(unused)}")
+    total = [0, 0, 0, 0]
+    for site, st in ref_model.teacher_stats.items():
+        total = [a + b for a, b in zip(total, st)]
+        if st[2] or st[3]:
+            ok = False
+            print(f"[{args.name}] FAIL: {site}: {st[2]} of {st[0]} values are not a nearest rounding of the "
+                  f"reference's pre-QDQ values, {st[3]} are off the FP8/FP4 grid")
+    print(f"[{args.name}] teacher: {len(ref_model.teacher_stats)} sites, {total[0]} values, {total[1]} differ from "
+          f"the reference's own QDQ (rounding-boundary cases), {total[2]} wrong, {total[3]} off grid")
+    if total[1] > args.max_differ * total[0]:
+        ok = False
+        print(f"[{args.name}] FAIL: {total[1]} values differ from the reference's QDQ, more than "
+              f"{args.max_differ:g} of them")
+    ok &= report(out, ref, args.name, args)
     return 0 if ok else 1
 
 
@@ -206,7 +267,7 @@ def cmd_selftest(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("setup", "compare", "short", "selftest"):
+    for name in ("setup", "compare", "teacher", "short", "selftest"):
         p = sub.add_parser(name)
         p.add_argument("--dsinfer", required=True)
         p.add_argument("--work", required=True)
@@ -217,13 +278,16 @@ def main():
             p.add_argument("--tokens", type=int, required=True)
         if name in ("setup", "compare", "short"):
             p.add_argument("--no-kv-qdq", action="store_true")
-        if name in ("compare", "short"):
+        if name in ("compare", "teacher", "short"):
             p.add_argument("--max-median-rel", type=float, default=1e-4)
             p.add_argument("--max-rel", type=float)
             p.add_argument("--min-argmax", type=float, default=0.99)
             p.add_argument("--prefix-rows", type=int, default=0)
             p.add_argument("--prefix-max-rel", type=float)
-        if name == "compare":
+        if name == "teacher":
+            p.add_argument("--max-differ", type=float, default=1e-4,
+                           help="largest share of stored values allowed to differ from the reference's QDQ")
+        if name in ("compare", "teacher"):
             p.add_argument("--name", required=True)
             p.add_argument("--mtp", action="store_true")
             p.add_argument("--chunk-size", type=int)
@@ -231,7 +295,7 @@ def main():
         if name == "short":
             p.add_argument("--lengths", default="1,2,3,4,5,8,33")
     args = ap.parse_args()
-    return {"setup": cmd_setup, "compare": cmd_compare, "short": cmd_short, "selftest": cmd_selftest}[args.cmd](args) or 0
+    return {"setup": cmd_setup, "compare": cmd_compare, "teacher": cmd_teacher, "short": cmd_short, "selftest": cmd_selftest}[args.cmd](args) or 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
+#include "kernels/cpu/targets.h"
 
 namespace dsinfer::engine {
 namespace {
@@ -52,8 +53,11 @@ class V4Runner final : public ModelRunner {
     const v4::ModelShape& s = model_->shape();
     hc_dim_ = s.hc_dim();
     info_.identity = std::move(identity);
+    // The SIMD target is part of the numerics: no two targets give the same bits (lane count sets the
+    // summation order, FMA or not), so a cache shared across machines must not mix them.
     info_.cache_layout = core::str_cat(s.blocks->describe(), "; window ", s.window, "; numerics ",
-                                       s.numerics.describe(), "; mtp ", s.has_mtp);
+                                       s.numerics.describe(), "; mtp ", s.has_mtp, "; simd ",
+                                       kernels::current_target_name());
     info_.vocab_size = static_cast<int32_t>(s.vocab);
     info_.eos_token_id = static_cast<int32_t>(s.config.eos_token_id);
     info_.max_context = s.config.max_position_embeddings;

@@ -48,7 +48,9 @@ mkdir -p "$here/.cache"
 ln -s "$(cd "$here/.cache" && pwd -P)" "$stage/.cache"
 
 # ccache keys on absolute paths unless they are under CCACHE_BASEDIR; with it (and the working
-# directory left out of the hash) a fresh copy in a new temporary folder hits the cache.
+# directory left out of the hash) a fresh copy in a new temporary folder hits the cache of the
+# previous staged run (measured: 27 of 28 objects of test_model; the miss is tests/test_paths.cpp,
+# which holds the source path). The first staged run on a machine compiles everything once.
 export CCACHE_BASEDIR="$stage"
 export CCACHE_NOHASHDIR=1
 

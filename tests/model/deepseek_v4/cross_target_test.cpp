@@ -65,8 +65,8 @@ double max_rel_row(const std::vector<float>& a, const std::vector<float>& b, int
 // seed 11; the test runs the first 140): every pair of targets differs from position 0. With the
 // KV/indexer QDQ off the difference stays at fp32 rounding level: worst row rel err 1.9e-6 (main) /
 // 1.8e-6 (MTP) over all pairs; held to 1e-5. With the QDQ on, a difference that moves a value across an
-// FP8/FP4 rounding boundary avalanches (reference/NOTES.md, "QDQ and chaos"): worst row 3.6e-2 from
-// about row 40 on, but rows 0-31 stay within 2.5e-4 (AVX2 vs the others); held to 1e-3 there. The
+// FP8/FP4 rounding boundary avalanches (reference/NOTES.md, "QDQ and chaos"): worst row 3.6e-2 after
+// row 31, but rows 0-31 stay within 2.5e-4 (AVX2 vs the others); held to 1e-3 there. The
 // prefix-cache seed names the target for this reason (tests/engine/cache_identity_v4_test.cpp).
 TEST(V4CrossTarget, WholeForwardAgreesOnEveryTarget) {
   const auto targets = kernels::available_targets();

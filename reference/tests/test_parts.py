@@ -13,6 +13,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import formats  # noqa: E402
 import model_v4  # noqa: E402
 from model_v4 import Config, DeepseekV4Reference  # noqa: E402
 
@@ -232,3 +233,45 @@ class TestCompressorAndIndexer(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+
+class TestTeacherForcing(unittest.TestCase):
+    """_teach: a teacher's stored values replace ours only if each is a correct QDQ of our own value."""
+
+    def setUp(self):
+        self.m = stub_model({})
+        rng = np.random.default_rng(5)
+        self.x = torch.tensor(rng.normal(0, 1, (6, 128)))
+
+    def teach(self, values):
+        self.m.teacher = {"window0": values}
+        self.m.teacher_stats = {}
+        out = self.m._teach("window0", self.x, 64, formats.fp8_qdq)
+        return out, self.m.teacher_stats["window0"]
+
+    def test_own_values_pass_and_are_used(self):
+        own = formats.fp8_qdq(self.x, 64)
+        out, stats = self.teach(own.numpy())
+        self.assertTrue(torch.equal(out, own))
+        self.assertEqual(stats, (768, 0, 0, 0))
+
+    def test_boundary_flip_is_accepted_and_used(self):
+        # x exactly between two FP8 neighbours: either rounding is as near; a teacher may hold the other.
+        scale = 2.0 ** math.ceil(math.log2(float(self.x[0, :64].abs().max()) / 448))
+        self.x[0, 5] = 1.0625 * scale  # midpoint of 1.0 and 1.125 (E4M3 step 1/8 in [1, 2))
+        own = formats.fp8_qdq(self.x, 64)
+        other = own.clone()
+        other[0, 5] = (1.125 if float(own[0, 5]) == scale else 1.0) * scale
+        out, (_, differ, bad, off) = self.teach(other.numpy())
+        self.assertEqual((differ, bad, off), (1, 0, 0))
+        self.assertEqual(float(out[0, 5]), float(other[0, 5]))
+
+    def test_wrong_rounding_and_off_grid_values_are_counted(self):
+        own = formats.fp8_qdq(self.x, 64)
+        wrong = own.clone()
+        wrong[1, 3] = own[1, 3] * 1.25  # at least one FP8 step from the nearest value
+        wrong[2, 7] = own[2, 7] * (1 + 2 ** -10)  # not representable: off the grid (and not nearest)
+        _, (_, differ, bad, off) = self.teach(wrong.numpy())
+        self.assertEqual((differ, bad), (2, 2))
+        self.assertGreaterEqual(off, 1)

@@ -285,7 +285,7 @@ def main():
             p.add_argument("--prefix-rows", type=int, default=0)
             p.add_argument("--prefix-max-rel", type=float)
         if name == "teacher":
-            p.add_argument("--max-differ", type=float, default=1e-4,
+            p.add_argument("--max-differ", type=float, default=5e-4,
                            help="largest share of stored values allowed to differ from the reference's QDQ")
         if name in ("compare", "teacher"):
             p.add_argument("--name", required=True)

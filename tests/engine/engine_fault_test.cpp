@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <new>
 #include <random>
@@ -275,6 +276,22 @@ TEST(EngineShutdown, FromACallbackThenDestroyedElsewhere) {
     EXPECT_EQ(finals.load(), kRequests);  // every request got its final event before the engine went
     EXPECT_EQ(model->live_sequences(), 0);
   }
+}
+
+// Destroying the engine from its own callback cannot be made safe (the loop running the callback
+// would go on in freed memory): it ends the process with a message saying so.
+TEST(EngineShutdownDeathTest, DestroyedFromItsOwnCallbackEndsTheProcessWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto holder = std::make_shared<std::unique_ptr<Engine>>(
+            make_engine(std::make_shared<ToyModel>(ToyConfig{}), EngineOptions{}));
+        (*holder)->submit(fixed_length_greedy({3, 4, 5}, 3), [holder](const TokenEvent& e) {
+          if (e.finish != FinishReason::kNone) holder->reset();
+        });
+        std::promise<void>().get_future().wait();  // never ready: the engine thread ends the process
+      },
+      "destroyed from its own token callback");
 }
 
 // A finished request's callback (which holds an HTTP exchange in the server) is released as soon as

@@ -72,7 +72,8 @@ struct TokenEvent {
 };
 
 // Called on an engine thread; must be quick and must not call back into the engine synchronously
-// except cancel().
+// except cancel() and shutdown() (which then only asks the engine to stop). An exception it throws is
+// logged and ignored. The engine drops its copies once the final event has been delivered.
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
 enum class SubmitStatus { kAccepted, kQueueFull, kTooLong, kInvalid, kShuttingDown };
@@ -101,7 +102,9 @@ class Engine {
   virtual EngineMetrics metrics() const = 0;  // thread-safe
   virtual int64_t max_context() const = 0;  // longest prompt + max_tokens accepted
   virtual int32_t eos_token_id() const = 0;
-  // Stops admitting; with drain, finishes running requests, else cancels them. Returns when idle.
+  // Stops admitting; with drain, finishes running requests, else cancels them. Returns when idle,
+  // except from a token callback, where it returns at once (the engine then stops by itself; the
+  // destructor, which must not run on an engine thread, waits for it).
   virtual void shutdown(bool drain) = 0;
 };
 

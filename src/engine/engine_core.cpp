@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -13,6 +14,16 @@ namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
+
+std::string current_exception_message() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
 
 EngineCore::EngineCore(std::shared_ptr<ModelRunner> model, const EngineOptions& options)
     : model_(std::move(model)), options_(options) {
@@ -87,13 +98,20 @@ SubmitResult EngineCore::check(const RequestSpec& spec) const {
   return res;
 }
 
-void EngineCore::add(std::unique_ptr<Request> request) {
+void EngineCore::add(std::unique_ptr<Request>&& request) {
   Request& r = *request;
+  // If anything here throws (bad_alloc), the core is unchanged and `request` still owns the request.
   r.tokens = r.spec.prompt_ids;
+  requests_.reserve(requests_.size() + 1);  // so the emplace below cannot rehash (and throw) after the move
+  waiting_.push_back(&r);
+  try {
+    requests_.emplace(r.id, std::move(request));
+  } catch (...) {
+    waiting_.pop_back();
+    throw;
+  }
   r.prompt_len = static_cast<int64_t>(r.tokens.size());
   prompt_tokens_total_ += r.prompt_len;
-  waiting_.push_back(&r);
-  requests_.emplace(r.id, std::move(request));
 }
 
 void EngineCore::cancel(RequestId id) {
@@ -251,6 +269,29 @@ std::optional<Admission> EngineCore::try_admit(Request& r, int64_t budget, bool 
 
 StepPlan EngineCore::plan() {
   StepPlan p;
+  try {
+    build_plan(p);
+  } catch (...) {
+    undo(p);
+    throw;
+  }
+  return p;
+}
+
+void EngineCore::undo(StepPlan& p) {
+  for (Request* v : p.preemptions) v->preempt_pending = false;
+  for (Request* v : p.failures) v->preempt_pending = false;
+  for (auto it = p.admissions.rbegin(); it != p.admissions.rend(); ++it) {
+    for (int64_t b = 0; b < it->use_blocks; ++b) cache_->release(it->match.nodes[b]);
+    it->match = {};
+    it->use_blocks = 0;
+    it->done = true;
+    waiting_.push_front(it->req);
+  }
+  p = StepPlan{};
+}
+
+void EngineCore::build_plan(StepPlan& p) {
   int64_t budget = options_.max_batch_tokens;
   // Bytes this plan has promised so far, net of what its preemptions will free. The real charge is
   // made in launch(); here the budget is only projected.
@@ -357,13 +398,18 @@ StepPlan EngineCore::plan() {
     StepEntry e;
     auto a = try_admit(r, budget, p.entries.empty(), promised, e);
     if (!a) break;
+    // Recorded before it leaves the queue, so undo() can put it back.
+    try {
+      p.admissions.push_back(std::move(*a));
+    } catch (...) {
+      for (int64_t b = 0; b < a->use_blocks; ++b) cache_->release(a->match.nodes[b]);
+      throw;
+    }
     waiting_.pop_front();
     budget -= e.n_tokens;
     p.entries.push_back(std::move(e));
-    p.admissions.push_back(std::move(*a));
     ++running_now;
   }
-  return p;
 }
 
 // ---- launch / execute / apply -------------------------------------------------------------------
@@ -389,22 +435,29 @@ void EngineCore::launch(StepPlan& p) {
   }
   for (Admission& a : p.admissions) {
     Request& r = *a.req;
+    a.done = true;
     if (!make_room(info_.sequence_bytes)) {
       // The step that ran while this was planned used the room: wait for the next plan.
       for (int64_t b = 0; b < a.use_blocks; ++b) cache_->release(a.match.nodes[b]);
+      a.match = {};
       waiting_.push_front(&r);
       continue;
     }
-    std::vector<std::shared_ptr<const KvBlock>> blocks(a.match.blocks.begin(), a.match.blocks.begin() + a.use_blocks);
-    r.seq = model_->new_sequence();
-    if (a.use_blocks > 0) {
-      model_->attach(*r.seq, blocks, a.with_snapshot ? a.match.snapshots[a.use_blocks - 1].get() : nullptr);
+    try {
+      start_sequence(a);
+    } catch (...) {
+      // Only this request's sequence is in doubt: it fails alone, the step goes on without it.
+      const std::string why = current_exception_message();
+      DSINFER_LOG_ERROR("engine: request ", r.id, " could not start its sequence: ", why);
+      r.seq.reset();
+      r.fed = 0;
+      for (int64_t b = 0; b < a.use_blocks; ++b) cache_->release(a.match.nodes[b]);
+      a.match = {};
+      finish(r, FinishReason::kError, core::str_cat("engine: the model failed to start the sequence: ", why));
+      continue;
     }
-    r.fed = r.seq->length();
-    DSINFER_CHECK(r.fed == a.start, "model attach left the sequence at ", r.fed, ", expected ", a.start);
     r.chain.assign(a.match.nodes.begin(), a.match.nodes.begin() + a.use_blocks);
     a.match = {};
-    blocks.clear();
     if (a.use_blocks > 0) ++(a.with_snapshot ? exact_hits_ : replay_hits_);
     if (!r.cache_counted) {
       r.cached_tokens = r.fed;
@@ -450,6 +503,22 @@ void EngineCore::launch(StepPlan& p) {
     kept.push_back(std::move(e));
   }
   p.entries = std::move(kept);
+  p.launched = true;
+  reap();
+}
+
+void EngineCore::start_sequence(Admission& a) {
+  Request& r = *a.req;
+  std::vector<std::shared_ptr<const KvBlock>> blocks(a.match.blocks.begin(), a.match.blocks.begin() + a.use_blocks);
+  r.seq = model_->new_sequence();
+  if (a.use_blocks > 0) {
+    model_->attach(*r.seq, blocks, a.with_snapshot ? a.match.snapshots[a.use_blocks - 1].get() : nullptr);
+  }
+  r.fed = r.seq->length();
+  DSINFER_CHECK(r.fed == a.start, "model attach left the sequence at ", r.fed, ", expected ", a.start);
+}
+
+void EngineCore::reap() {
   for (RequestId id : finished_) requests_.erase(id);
   finished_.clear();
 }
@@ -547,12 +616,22 @@ bool EngineCore::resolve_stall() {
   finish(r, FinishReason::kError,
          core::str_cat("the engine could not schedule the request within its KV budget of ", options_.kv_budget_bytes,
                        " bytes"));
-  for (RequestId id : finished_) requests_.erase(id);
-  finished_.clear();
+  reap();
   return true;
 }
 
 void EngineCore::abort(StepPlan& p, const std::string& why) {
+  if (!p.launched) {
+    for (Request* v : p.preemptions) v->preempt_pending = false;
+    for (Request* v : p.failures) v->preempt_pending = false;
+  }
+  for (Admission& a : p.admissions) {
+    if (a.done) continue;
+    a.done = true;
+    for (int64_t b = 0; b < a.use_blocks; ++b) cache_->release(a.match.nodes[b]);
+    a.match = {};
+    finish(*a.req, FinishReason::kError, why);
+  }
   for (StepEntry& e : p.entries) {
     e.req->inflight_end = -1;
     finish(*e.req, FinishReason::kError, why);
@@ -587,39 +666,50 @@ void EngineCore::apply(StepPlan& p) {
   sample_seconds_ += p.sample_seconds;
   draft_seconds_ += p.draft_seconds;
   for (StepEntry& e : p.entries) {
-    Request& r = *e.req;
-    r.inflight_end = -1;
-    r.fed = e.start + e.n_tokens;
-    if (e.prefill) {
-      prefill_tokens_total_ += e.n_tokens;
-    } else {
-      decode_tokens_total_ += e.n_tokens;
-      draft_total_ += e.drafts;
-      accepted_total_ += e.accepted;
-      if (e.accepted < e.drafts) {
-        r.fed = e.start + 1 + e.accepted;
-        model_->truncate(*r.seq, r.fed);
-      }
+    e.req->inflight_end = -1;
+    try {
+      apply_entry(e);
+    } catch (...) {
+      // The model failed on this sequence (rollback, block, snapshot): it alone ends.
+      const std::string why = current_exception_message();
+      DSINFER_LOG_ERROR("engine: request ", e.req->id, " failed after its step: ", why);
+      finish(*e.req, FinishReason::kError, core::str_cat("engine: the model failed after a step: ", why));
     }
-    r.reserved = r.fed;
-    if (r.cancel_requested) {
-      finish(r, FinishReason::kCancelled);
-      continue;
+  }
+}
+
+void EngineCore::apply_entry(StepEntry& e) {
+  Request& r = *e.req;
+  r.fed = e.start + e.n_tokens;
+  if (e.prefill) {
+    prefill_tokens_total_ += e.n_tokens;
+  } else {
+    decode_tokens_total_ += e.n_tokens;
+    draft_total_ += e.drafts;
+    accepted_total_ += e.accepted;
+    if (e.accepted < e.drafts) {
+      r.fed = e.start + 1 + e.accepted;
+      model_->truncate(*r.seq, r.fed);
     }
-    // Accepted drafts join the tokens first: the blocks they complete are published with them.
-    if (e.samples) {
-      for (int32_t t : e.result) {
-        if (!push_token(r, t)) break;
-      }
+  }
+  r.reserved = r.fed;
+  if (r.cancel_requested) {
+    finish(r, FinishReason::kCancelled);
+    return;
+  }
+  // Accepted drafts join the tokens first: the blocks they complete are published with them.
+  if (e.samples) {
+    for (int32_t t : e.result) {
+      if (!push_token(r, t)) break;
     }
-    publish(r);
-    take_snapshot(r);
-    recharge(r);
-    if (r.finish != FinishReason::kNone) {
-      finish(r, r.finish);
-    } else if (!r.out_tokens.empty()) {
-      queue_event(r, false);
-    }
+  }
+  publish(r);
+  take_snapshot(r);
+  recharge(r);
+  if (r.finish != FinishReason::kNone) {
+    finish(r, r.finish);
+  } else if (!r.out_tokens.empty()) {
+    queue_event(r, false);
   }
 }
 
@@ -731,7 +821,12 @@ void EngineCore::finish(Request& r, FinishReason why, const std::string& error) 
 
 void EngineCore::queue_event(Request& r, bool final_event) {
   PendingEvent pe;
-  pe.callback = r.callback;
+  if (final_event) {
+    pe.callback = std::move(r.callback);
+    r.callback = nullptr;
+  } else {
+    pe.callback = r.callback;
+  }
   TokenEvent& ev = pe.event;
   ev.id = r.id;
   ev.tokens = std::move(r.out_tokens);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -46,6 +47,7 @@ struct Admission {
   int64_t use_blocks = 0;    // blocks attached
   bool with_snapshot = false;
   int64_t start = 0;         // fed after attach
+  bool done = false;         // launch() took it up (started, deferred or failed): abort() leaves it alone
 };
 
 struct StepPlan {
@@ -55,13 +57,19 @@ struct StepPlan {
   std::vector<Request*> failures;  // alone and still out of KV memory
   int64_t tokens = 0;
   double draft_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+  bool launched = false;  // launch() completed; a later plan may already have marked its own victims
   bool empty() const { return entries.empty() && admissions.empty() && preemptions.empty() && failures.empty(); }
 };
 
 struct PendingEvent {
-  TokenCallback callback;  // a copy: a finished request may be gone when its event is delivered
+  // A copy, or with the final event the request's own callback (moved out), so whatever it holds is
+  // released as soon as the event has been delivered.
+  TokenCallback callback;
   TokenEvent event;
 };
+
+// What the exception being handled says (inside a catch block): what() or a stand-in for others.
+std::string current_exception_message();
 
 class EngineCore {
  public:
@@ -73,7 +81,8 @@ class EngineCore {
 
   // Checks a request against the model and the budgets; kAccepted when it can run.
   SubmitResult check(const RequestSpec& spec) const;
-  void add(std::unique_ptr<Request> request);
+  // Strong guarantee: if it throws, nothing changed and `request` still owns the request.
+  void add(std::unique_ptr<Request>&& request);
   void cancel(RequestId id);
   void cancel_all();
 
@@ -83,11 +92,20 @@ class EngineCore {
   bool resolve_stall();
   size_t waiting() const { return waiting_.size(); }
 
+  // A fault of the model (or std::bad_alloc) ends only the requests it touched, with kError:
+  //   plan()    nothing is half done: the partial plan is undone and the exception rethrown;
+  //   launch()  a request whose sequence could not be made or attached fails alone; anything else
+  //             throws and the caller aborts the step;
+  //   execute() throws; the caller aborts the step (every sequence in the forward is suspect);
+  //   apply()   a request whose results could not be applied fails alone.
   StepPlan plan();
   void launch(StepPlan& plan);
   void execute(StepPlan& plan);
   void apply(StepPlan& plan);
   void abort(StepPlan& plan, const std::string& why);  // the step failed: its requests end with kError
+  // Frees the records of finished requests. Only while no plan refers to them: in launch(), or when
+  // no step is planned or in flight.
+  void reap();
 
   std::vector<PendingEvent> take_events();
   EngineMetrics metrics() const;
@@ -108,6 +126,10 @@ class EngineCore {
   int64_t chunk_end(const Request& r, int64_t start, int64_t budget, bool alone) const;
   std::optional<Admission> try_admit(Request& r, int64_t budget, bool alone, int64_t& promised, StepEntry& entry);
 
+  void build_plan(StepPlan& plan);
+  void undo(StepPlan& plan);  // a plan that will never be launched gives back what it took
+  void start_sequence(Admission& a);
+  void apply_entry(StepEntry& e);
   void publish(Request& r);
   void take_snapshot(Request& r);
   void release_kv(Request& r);

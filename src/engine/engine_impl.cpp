@@ -1,14 +1,17 @@
-// The threads around EngineCore: a scheduler thread that owns the core (admission, planning,
-// applying results, delivering events) and, with overlap scheduling, a step thread that runs the
-// forward so the scheduler can plan step n+1 while step n computes.
+// The threads around EngineCore: an engine thread that owns the core (admission, planning, the model
+// calls, applying results, delivering events) and, with overlap scheduling, a helper thread that
+// delivers events, takes submissions and plans step n+1 while the engine thread computes step n.
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -38,7 +41,7 @@ class HelperThread {
     }
     cv_.notify_all();
   }
-  // Returns when the job is done. A job that throws is a bug of the engine: the process ends.
+  // Returns when the job is done. Jobs catch their own exceptions (one escaping would end the process).
   void wait() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_; });
@@ -74,8 +77,16 @@ class EngineImpl final : public Engine {
     metrics_ = core_.metrics();
     if (options.overlap_scheduling) helper_ = std::make_unique<HelperThread>();
     thread_ = std::thread([this] { run(); });
+    engine_thread_id_ = thread_.get_id();  // no callback can run before the constructor returns
   }
-  ~EngineImpl() override { shutdown(false); }
+  ~EngineImpl() override {
+    if (on_engine_thread()) {
+      // The loop that runs this callback would go on in freed memory: there is no safe way out.
+      DSINFER_LOG_ERROR("engine: destroyed from its own token callback; destroy it from another thread");
+      std::abort();
+    }
+    shutdown(false);
+  }
 
   SubmitResult submit(RequestSpec spec, TokenCallback on_event) override {
     SubmitResult res = core_.check(spec);  // reads only immutable model info and options
@@ -116,15 +127,11 @@ class EngineImpl final : public Engine {
       if (!drain) cancel_everything_ = true;
       cv_.notify_all();
     }
+    // From a callback the loop cannot be waited for (it is running the callback): it ends by itself
+    // once idle, and whoever destroys the engine (or calls shutdown() from another thread) joins it.
+    if (on_engine_thread()) return;
     std::lock_guard<std::mutex> join_lock(join_mu_);
-    if (thread_.joinable()) {
-      const auto self = std::this_thread::get_id();
-      if (self == thread_.get_id() || (helper_ && self == helper_->id())) {
-        thread_.detach();  // called from a callback: the loop ends by itself
-      } else {
-        thread_.join();
-      }
-    }
+    if (thread_.joinable()) thread_.join();
   }
 
  private:
@@ -140,21 +147,37 @@ class EngineImpl final : public Engine {
       cancel_all = cancel_everything_;
       stopping = stopping_;
     }
-    for (auto& r : inbox) core_.add(std::move(r));
+    for (auto& r : inbox) {
+      if (std::string why = guarded([&] { core_.add(std::move(r)); }); !why.empty()) {
+        // Never queued (out of memory): it ends here, with its own final event.
+        DSINFER_LOG_ERROR("engine: request ", r->id, " could not be queued: ", why);
+        TokenEvent ev;
+        ev.id = r->id;
+        ev.finish = FinishReason::kError;
+        ev.prompt_tokens = static_cast<int64_t>(r->spec.prompt_ids.size());
+        ev.error = core::str_cat("engine: the request could not be queued: ", why);
+        guarded([&] { r->callback(ev); });
+      }
+    }
     for (RequestId id : cancels) core_.cancel(id);
     if (cancel_all) core_.cancel_all();
     waiting_.store(static_cast<int64_t>(core_.waiting()));
     return stopping;
   }
 
+  // The events are dropped one by one, so a final event's callback (and what it holds) is released as
+  // soon as it has run.
   void deliver() {
-    for (PendingEvent& e : core_.take_events()) {
-      if (!e.callback) continue;
-      try {
-        e.callback(e.event);
-      } catch (const std::exception& ex) {
-        DSINFER_LOG_WARN("engine: token callback of request ", e.event.id, " threw: ", ex.what());
+    std::vector<PendingEvent> events = core_.take_events();
+    for (PendingEvent& e : events) {
+      if (e.callback) {
+        try {
+          e.callback(e.event);
+        } catch (...) {
+          DSINFER_LOG_WARN("engine: token callback of request ", e.event.id, " threw: ", current_exception_message());
+        }
       }
+      e = PendingEvent{};
     }
   }
 
@@ -174,65 +197,13 @@ class EngineImpl final : public Engine {
     }
   }
 
-  // Runs a step inline; returns when the forward and sampling ended (apply is scheduling overhead).
-  Clock::time_point execute_and_apply(StepPlan& plan) {
-    Clock::time_point end;
-    try {
-      core_.execute(plan);
-      end = Clock::now();
-      core_.apply(plan);
-    } catch (const std::exception& e) {
-      end = Clock::now();
-      DSINFER_LOG_ERROR("engine: step failed: ", e.what());
-      core_.abort(plan, core::str_cat("engine step failed: ", e.what()));
-    }
-    return end;
-  }
-
+  // One loop for both modes. The engine thread never sleeps between two forwards: with overlap, while
+  // it runs step n the helper delivers the events of step n-1, takes new submissions and cancellations,
+  // and plans step n+1 against the state projected after step n, so only apply(n) and launch(n+1) stay
+  // between the forwards. Without overlap the same work runs inline before each plan.
+  // A fault in any phase ends the requests it touched with kError (see EngineCore); the engine serves on.
   void run() {
-    if (helper_) {
-      run_overlapped();
-    } else {
-      run_sequential();
-    }
-    deliver();
-    publish_metrics();
-  }
-
-  void run_sequential() {
-    bool have_last = false;
-    Clock::time_point last_end;
-    while (true) {
-      const bool stopping = take_inbox();
-      deliver();
-      if (!core_.has_work()) {
-        publish_metrics();
-        if (stopping) return;
-        have_last = false;
-        wait_for_work(false);
-        continue;
-      }
-      StepPlan plan = core_.plan();
-      core_.launch(plan);
-      if (plan.entries.empty()) {
-        if (!core_.resolve_stall()) wait_for_work(true);
-        deliver();
-        publish_metrics();
-        have_last = false;
-        continue;
-      }
-      if (have_last) core_.add_gap_seconds(std::chrono::duration<double>(Clock::now() - last_end).count());
-      last_end = execute_and_apply(plan);
-      have_last = true;
-      publish_metrics();
-    }
-  }
-
-  // The engine thread never sleeps between two forwards: while it runs step n, the helper delivers
-  // the events of step n-1, takes new submissions and cancellations, and plans step n+1 against the
-  // state projected after step n. Only apply(n) and launch(n+1) stay between the forwards.
-  void run_overlapped() {
-    StepPlan current, next;
+    StepPlan next;
     bool have_next = false, have_last = false;
     Clock::time_point last_end;
     while (true) {
@@ -241,18 +212,28 @@ class EngineImpl final : public Engine {
         const bool stopping = take_inbox();
         deliver();
         if (!core_.has_work()) {
+          core_.reap();  // nothing planned or in flight refers to finished requests now
           publish_metrics();
-          if (stopping) return;
+          if (stopping) break;
           have_last = false;
           wait_for_work(false);
           continue;
         }
-        next = core_.plan();
+        if (std::string why = guarded([&] { next = core_.plan(); }); !why.empty()) {
+          // plan() undid itself: no request was taken. Try again shortly (it can only be bad_alloc).
+          DSINFER_LOG_ERROR("engine: planning a step failed: ", why);
+          wait_for_work(true);
+          continue;
+        }
       }
       have_next = false;
-      core_.launch(next);
-      current = std::move(next);
+      StepPlan current = std::move(next);
       next = StepPlan{};
+      if (std::string why = guarded([&] { core_.launch(current); }); !why.empty()) {
+        fail_step(current, why);
+        have_last = false;
+        continue;
+      }
       if (current.entries.empty()) {
         // A projected plan can come out empty (its requests ended in the step it was planned beside):
         // plan again at once. Only an empty fresh plan means nothing can run.
@@ -261,28 +242,52 @@ class EngineImpl final : public Engine {
         continue;
       }
       if (have_last) core_.add_gap_seconds(std::chrono::duration<double>(Clock::now() - last_end).count());
-      helper_->start([this, &next] {
-        deliver();
-        take_inbox();
-        next = core_.plan();
-      });
-      std::string failure;
-      try {
-        core_.execute(current);
-      } catch (const std::exception& e) {
-        failure = e.what();
+      std::string helper_failure;
+      if (helper_) {
+        helper_->start([this, &next, &helper_failure] {
+          helper_failure = guarded([&] {
+            deliver();
+            take_inbox();
+            next = core_.plan();
+          });
+        });
       }
+      std::string failure = guarded([&] { core_.execute(current); });
       last_end = Clock::now();
-      helper_->wait();
-      if (failure.empty()) {
-        core_.apply(current);
-      } else {
-        DSINFER_LOG_ERROR("engine: step failed: ", failure);
-        core_.abort(current, core::str_cat("engine step failed: ", failure));
+      if (helper_) helper_->wait();
+      if (failure.empty()) failure = guarded([&] { core_.apply(current); });
+      if (!failure.empty()) fail_step(current, failure);
+      if (helper_ && helper_failure.empty()) {
+        have_next = true;
+      } else if (helper_) {
+        // Whatever it had planned was undone; the next loop plans afresh.
+        DSINFER_LOG_ERROR("engine: preparing the next step failed: ", helper_failure);
+        next = StepPlan{};
       }
       have_last = true;
-      have_next = true;
       publish_metrics();
+    }
+    deliver();
+    publish_metrics();
+  }
+
+  // Runs `phase`; returns why it failed, or an empty string.
+  template <class F>
+  static std::string guarded(F&& phase) {
+    try {
+      phase();
+      return {};
+    } catch (...) {
+      std::string why = current_exception_message();
+      return why.empty() ? "unknown error" : why;
+    }
+  }
+
+  void fail_step(StepPlan& plan, const std::string& why) {
+    DSINFER_LOG_ERROR("engine: step failed, its ", plan.entries.size(), " requests end: ", why);
+    if (std::string again = guarded([&] { core_.abort(plan, core::str_cat("engine step failed: ", why)); });
+        !again.empty()) {
+      DSINFER_LOG_ERROR("engine: ending the requests of a failed step failed too: ", again);
     }
   }
 
@@ -301,8 +306,14 @@ class EngineImpl final : public Engine {
   mutable std::mutex metrics_mu_;
   EngineMetrics metrics_;
 
+  bool on_engine_thread() const {
+    const auto self = std::this_thread::get_id();
+    return self == engine_thread_id_ || (helper_ && self == helper_->id());
+  }
+
   std::mutex join_mu_;
   std::thread thread_;
+  std::thread::id engine_thread_id_;
 };
 
 }  // namespace

@@ -69,6 +69,10 @@ struct DraftItem {
   int32_t count = 0;
 };
 
+// One engine calls a runner from one thread at a time. A runner handed to several engines at once (as
+// bench-serve does) must let their calls interleave: no scratch shared between calls unless locked, and
+// prepare() must not undo what another engine asked for. An exception from any call ends only the
+// requests whose sequences it touched (README.md, Faults).
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;

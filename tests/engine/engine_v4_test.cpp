@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include <unistd.h>
 
@@ -286,6 +287,37 @@ TEST_F(EngineV4, SpeculationWithMtpIsLossless) {
     EXPECT_GT(again[0].cached, 0);
     EXPECT_EQ(again[0].tokens, want[3].tokens);
   }
+}
+
+// One runner, two engines at the same time, one drafting and one not (bench-serve shares a model the
+// same way): the second engine's prepare() must not switch the drafter off under the first, and their
+// forwards must not share scratch state. Both produce the plain loop's tokens.
+TEST_F(EngineV4, OneRunnerServesTwoEnginesAtOnce) {
+  auto shared = open_model(*dir_);  // its own runner: the speculation setting outlives this test
+  std::mt19937 rng(8);
+  std::vector<RequestSpec> drafting, plain;
+  for (int i = 0; i < 3; ++i) drafting.push_back(spec(prompt(rng, 30 + 60 * i), 16));
+  for (int i = 0; i < 3; ++i) plain.push_back(spec(prompt(rng, 50 + 40 * i), 16, i == 1 ? 0.8f : 0.0f, 7));
+  EngineOptions with_drafts;
+  with_drafts.speculation = true;
+  with_drafts.draft_tokens = 2;
+  auto first = make_engine(shared, with_drafts);
+  auto second = make_engine(shared, EngineOptions{});
+  std::vector<Outcome> out_first;
+  std::thread t([&] { out_first = run_all(*first, drafting); });
+  const std::vector<Outcome> out_second = run_all(*second, plain);
+  t.join();
+  ASSERT_EQ(out_first.size(), drafting.size());
+  ASSERT_EQ(out_second.size(), plain.size());
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    EXPECT_EQ(out_first[i].finish, FinishReason::kLength) << out_first[i].error;
+    EXPECT_EQ(out_first[i].tokens, reference(drafting[i]).tokens) << "drafting engine, request " << i;
+  }
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(out_second[i].finish, FinishReason::kLength) << out_second[i].error;
+    EXPECT_EQ(out_second[i].tokens, reference(plain[i]).tokens) << "plain engine, request " << i;
+  }
+  EXPECT_GT(first->metrics().draft_tokens_total, 0);
 }
 
 TEST_F(EngineV4, PreemptionUnderATightBudgetKeepsOutputs) {

@@ -3,9 +3,11 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "core/error.h"
@@ -24,6 +26,7 @@ struct V4Seq final : SequenceState {
   // rows for positions [hidden_begin, hidden_begin + hidden_rows).
   std::vector<float> hidden;
   int64_t hidden_begin = 0, hidden_rows = 0;
+  bool mtp = false;  // the MTP block follows this sequence (fixed when it is made)
   int64_t length() const override { return state->length(); }
 };
 
@@ -47,6 +50,10 @@ std::string hex64(uint64_t x) {
   return buf;
 }
 
+// One runner may serve several engines at once (bench-serve runs a cached and a cold engine over one
+// model). What it keeps between calls is therefore either per sequence (the MTP flag, hidden rows) or
+// guarded: the forward's scratch buffers by forward_mu_ (v4::Model::forward serialises its callers
+// anyway, so the lock costs no parallelism), and the speculation setting only ever switches on.
 class V4Runner final : public ModelRunner {
  public:
   V4Runner(std::unique_ptr<v4::Model> model, std::string identity) : model_(std::move(model)) {
@@ -77,18 +84,23 @@ class V4Runner final : public ModelRunner {
   core::ThreadPool& pool() override { return model_->pool(); }
 
   void prepare(bool speculation, bool batch_invariant) override {
-    mtp_ = speculation && model_->shape().has_mtp;
+    // Never switched off: another engine sharing this runner may be drafting. Sequences made from now
+    // on feed the MTP block (a little compute for an engine that does not draft; its tokens are the same).
+    if (speculation && model_->shape().has_mtp) mtp_.store(true);
     (void)batch_invariant;  // the V4 forward is batch-invariant always (model.h)
   }
 
   std::unique_ptr<SequenceState> new_sequence() override {
     auto s = std::make_unique<V4Seq>();
     s->state = model_->new_sequence();
+    s->mtp = mtp_.load();
     return s;
   }
 
   void forward(std::span<const ForwardItem> items, std::vector<float>& logits) override {
     const int64_t V = info_.vocab_size;
+    std::lock_guard<std::mutex> lock(forward_mu_);
+    bool any_mtp = false;
     inputs_.resize(items.size());
     outputs_.resize(items.size());
     starts_.resize(items.size());
@@ -104,7 +116,8 @@ class V4Runner final : public ModelRunner {
       in.logits = it.logit_rows == 0 ? v4::LogitRows::kNone
                   : it.logit_rows == 1 ? v4::LogitRows::kLast
                                        : v4::LogitRows::kAll;
-      in.want_hidden = mtp_;
+      in.want_hidden = s.mtp;
+      any_mtp |= s.mtp;
       starts_[i] = s.state->length();
     }
     model_->forward(inputs_, outputs_);
@@ -116,7 +129,7 @@ class V4Runner final : public ModelRunner {
       const float* from = o.logits.data() + (o.logit_rows - want) * V;
       logits.insert(logits.end(), from, from + want * V);
     }
-    if (mtp_) feed_mtp(items);
+    if (any_mtp) feed_mtp(items);
   }
 
   void truncate(SequenceState& seq_state, int64_t length) override { seq(seq_state).state->truncate(length); }
@@ -133,7 +146,7 @@ class V4Runner final : public ModelRunner {
     auto snap = std::make_shared<V4Snapshot>();
     snap->snap = s.state->snapshot();
     const int64_t p = s.state->length() - 1;
-    if (mtp_ && p >= s.hidden_begin && p < s.hidden_begin + s.hidden_rows) {
+    if (s.mtp && p >= s.hidden_begin && p < s.hidden_begin + s.hidden_rows) {
       const float* h = s.hidden.data() + (p - s.hidden_begin) * hc_dim_;
       snap->hidden.assign(h, h + hc_dim_);
     }
@@ -172,7 +185,6 @@ class V4Runner final : public ModelRunner {
   // L .. L+j-2 (the approximate rows so far, recomputed bit for bit) in one call and rolls them back
   // after it, so every call starts at L and the state can always return there.
   std::vector<int32_t> draft(std::span<const DraftItem> items) override {
-    DSINFER_CHECK(mtp_, "draft: speculation was not enabled (prepare)");
     const size_t n = items.size();
     std::vector<std::vector<int32_t>> drafts(n);
     std::vector<std::vector<float>> chain(n);  // MTP output streams g_{L-1}, g_L, ... per item
@@ -187,6 +199,7 @@ class V4Runner final : public ModelRunner {
         DSINFER_CHECK(it.count >= 1 && it.count <= info_.max_draft_tokens, "draft: ", it.count,
                       " drafts asked, the model allows 1 to ", info_.max_draft_tokens);
         auto& s = seq(*it.seq);
+        DSINFER_CHECK(s.mtp, "draft: the sequence was made before speculation was enabled (prepare)");
         const int64_t p = s.state->length() - 1;
         DSINFER_CHECK(s.state->mtp_length() == p, "draft: MTP rows at ", s.state->mtp_length(), ", expected ", p);
         base[i] = p + 1;
@@ -268,6 +281,7 @@ class V4Runner final : public ModelRunner {
     toks.reserve(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       auto& s = seq(*items[i].seq);
+      if (!s.mtp) continue;
       const v4::SequenceOutput& o = outputs_[i];
       const int64_t start = starts_[i], end = s.state->length();
       const int64_t first = s.state->mtp_length();
@@ -305,7 +319,8 @@ class V4Runner final : public ModelRunner {
   std::unique_ptr<v4::Model> model_;
   ModelInfo info_;
   int64_t hc_dim_ = 0;
-  bool mtp_ = false;
+  std::atomic<bool> mtp_{false};
+  std::mutex forward_mu_;  // guards the scratch below (whole forward, feed_mtp included)
   std::vector<v4::SequenceInput> inputs_;
   std::vector<v4::SequenceOutput> outputs_;
   std::vector<int64_t> starts_;

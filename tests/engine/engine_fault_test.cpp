@@ -1,0 +1,338 @@
+// Faults inside the engine end only the requests they touched, never the process: a model that throws
+// in one phase (a std::exception or std::bad_alloc) under load, callbacks that throw anything,
+// shutdown() from a callback, and the release of a finished request's callback.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <new>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine_test_util.h"
+#include "toy_model.h"
+
+namespace dsinfer::engine::testing {
+namespace {
+
+enum class Phase { kNewSequence, kAttach, kForward, kDraft, kTruncate, kBlock, kSnapshot };
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kNewSequence: return "new_sequence";
+    case Phase::kAttach: return "attach";
+    case Phase::kForward: return "forward";
+    case Phase::kDraft: return "draft";
+    case Phase::kTruncate: return "truncate";
+    case Phase::kBlock: return "block";
+    case Phase::kSnapshot: return "snapshot";
+  }
+  return "?";
+}
+
+struct Fault {
+  Phase phase;
+  int64_t nth;     // the nth call of that phase throws
+  bool bad_alloc;  // std::bad_alloc instead of std::runtime_error
+};
+
+// The toy model with one injected fault. Calls before the fault behave exactly like the toy model's.
+class FaultyModel final : public ModelRunner {
+ public:
+  FaultyModel(const ToyConfig& config, Fault fault) : inner_(config), fault_(fault) {}
+
+  const ModelInfo& info() const override { return inner_.info(); }
+  core::ThreadPool& pool() override { return inner_.pool(); }
+  void prepare(bool speculation, bool batch_invariant) override { inner_.prepare(speculation, batch_invariant); }
+
+  std::unique_ptr<SequenceState> new_sequence() override {
+    if (hit(Phase::kNewSequence, 1)) fail();
+    return inner_.new_sequence();
+  }
+  void forward(std::span<const ForwardItem> items, std::vector<float>& logits) override {
+    inner_.forward(items, logits);  // the sequences advanced: the engine must not trust them after this
+    if (hit(Phase::kForward, static_cast<int64_t>(items.size()))) fail();
+  }
+  void truncate(SequenceState& seq, int64_t length) override {
+    if (hit(Phase::kTruncate, 1)) fail();
+    inner_.truncate(seq, length);
+  }
+  std::shared_ptr<const KvBlock> block(const SequenceState& seq, int64_t index) override {
+    if (hit(Phase::kBlock, 1)) fail();
+    return inner_.block(seq, index);
+  }
+  bool adopt_block(SequenceState& seq, int64_t index, const std::shared_ptr<const KvBlock>& shared) override {
+    return inner_.adopt_block(seq, index, shared);
+  }
+  std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& seq) override {
+    if (hit(Phase::kSnapshot, 1)) fail();
+    return inner_.snapshot(seq);
+  }
+  void attach(SequenceState& seq, std::span<const std::shared_ptr<const KvBlock>> blocks,
+              const WindowSnapshot* snapshot) override {
+    inner_.attach(seq, blocks, snapshot);  // half attached: the engine must drop the sequence
+    if (hit(Phase::kAttach, 1)) fail();
+  }
+  std::vector<int32_t> draft(std::span<const DraftItem> items) override {
+    if (hit(Phase::kDraft, static_cast<int64_t>(items.size()))) fail();
+    return inner_.draft(items);
+  }
+
+  int64_t fired() const { return fired_; }
+  int64_t faulted_items() const { return faulted_items_; }  // sequences in the call that threw
+  const ToyModel& inner() const { return inner_; }
+
+ private:
+  bool hit(Phase p, int64_t items) {
+    if (p != fault_.phase || ++calls_ != fault_.nth) return false;
+    faulted_items_ = items;
+    return true;
+  }
+  [[noreturn]] void fail() {
+    ++fired_;
+    if (fault_.bad_alloc) throw std::bad_alloc();
+    throw std::runtime_error("injected fault");
+  }
+
+  ToyModel inner_;
+  Fault fault_;
+  int64_t calls_ = 0, fired_ = 0, faulted_items_ = 0;  // the engine calls the model from one thread
+};
+
+// Requests sharing a two-block prefix (so later ones attach cached blocks), greedy or sampled.
+std::vector<RequestSpec> workload(std::mt19937& rng, int n, const std::vector<int32_t>& prefix, bool sampled,
+                                  int vocab) {
+  std::uniform_int_distribution<int> tok(2, vocab - 1), tail(3, 40), len(6, 24);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = prefix;
+    for (int k = tail(rng); k > 0; --k) p.push_back(tok(rng));
+    RequestSpec s = fixed_length_greedy(p, len(rng));
+    if (sampled && i % 3 == 1) {
+      s.sampling.temperature = 0.8f;
+      s.sampling.top_k = 20;
+      s.sampling.seed = static_cast<uint64_t>(i);
+    }
+    specs.push_back(s);
+  }
+  return specs;
+}
+
+bool is_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+TEST(EngineFaults, AModelFaultEndsOnlyTheRequestsOfItsStep) {
+  const std::vector<Fault> faults = {
+      {Phase::kNewSequence, 5, false}, {Phase::kNewSequence, 9, true}, {Phase::kAttach, 3, false},
+      {Phase::kForward, 6, false},     {Phase::kForward, 11, true},    {Phase::kDraft, 4, false},
+      {Phase::kTruncate, 3, false},    {Phase::kBlock, 5, false},      {Phase::kSnapshot, 4, true},
+  };
+  ToyConfig cfg;
+  ToyModel reference(cfg);
+  for (const Fault& fault : faults) {
+    for (bool overlap : {true, false}) {
+      const bool speculative = fault.phase == Phase::kDraft || fault.phase == Phase::kTruncate;
+      SCOPED_TRACE(std::string(phase_name(fault.phase)) + " #" + std::to_string(fault.nth) +
+                   (fault.bad_alloc ? " bad_alloc" : "") + (overlap ? " overlap" : " sequential"));
+      auto model = std::make_shared<FaultyModel>(cfg, fault);
+      EngineOptions o;
+      o.kv_budget_bytes = 1 << 24;
+      o.max_batch_tokens = 64;
+      o.max_running = 8;
+      o.overlap_scheduling = overlap;
+      o.swa_replay = false;            // every hit is exact: outputs equal the engine-free reference
+      o.snapshot_every_block = true;   // so that later requests attach the shared prefix
+      o.speculation = speculative;     // drafts and rollbacks (greedy only: equal to the reference)
+      o.draft_tokens = 3;
+      auto engine = make_engine(model, o);
+
+      std::mt19937 rng(11);
+      std::vector<int32_t> prefix(2 * cfg.block_tokens);
+      for (auto& t : prefix) t = 2 + static_cast<int32_t>(rng() % (cfg.vocab - 2));
+      // Two waves under load (16 concurrent requests each, 8 running), then one after the fault.
+      std::vector<std::vector<RequestSpec>> waves;
+      for (int n : {16, 16, 8}) waves.push_back(workload(rng, n, prefix, !speculative, cfg.vocab));
+      int64_t errors = 0;
+      for (size_t w = 0; w < waves.size(); ++w) {
+        if (w == 2) {
+          ASSERT_EQ(model->fired(), 1) << "the fault must have happened in the first two waves";
+        }
+        const auto out = run_all(*engine, waves[w]);
+        ASSERT_EQ(out.size(), waves[w].size()) << "wave " << w << " did not finish";
+        for (size_t i = 0; i < out.size(); ++i) {
+          const Outcome want = expected_outcome(reference, waves[w][i], cfg.eos);
+          const std::string what = "wave " + std::to_string(w) + " request " + std::to_string(i);
+          if (out[i].finish == FinishReason::kError) {
+            ++errors;
+            EXPECT_NE(out[i].error.find(fault.bad_alloc ? "bad_alloc" : "injected fault"), std::string::npos)
+                << what << ": " << out[i].error;
+            EXPECT_TRUE(is_prefix(out[i].tokens, want.tokens)) << what;
+          } else {
+            EXPECT_EQ(out[i].tokens, want.tokens) << what;
+            EXPECT_EQ(out[i].finish, want.finish) << what << " error: " << out[i].error;
+          }
+        }
+      }
+      switch (fault.phase) {
+        case Phase::kForward:
+          EXPECT_EQ(errors, model->faulted_items());  // every sequence of the forward, no other
+          break;
+        case Phase::kDraft:
+          // The step's prefill entries go with its drafting ones; never more than one step holds.
+          EXPECT_GE(errors, model->faulted_items());
+          EXPECT_LE(errors, o.max_running);
+          break;
+        default:
+          EXPECT_EQ(errors, 1);  // one sequence was touched: one request ends
+      }
+      engine->shutdown(true);
+      EXPECT_EQ(model->inner().live_sequences(), 0);
+      const EngineMetrics m = engine->metrics();
+      EXPECT_EQ(m.running, 0);
+      EXPECT_EQ(m.waiting, 0);
+      EXPECT_EQ(m.kv_bytes_used, m.extra.at("prefix_cache_bytes"));  // nothing left charged to requests
+    }
+  }
+}
+
+TEST(EngineFaults, ACallbackThrowingAnythingIsContained) {
+  ToyConfig cfg;
+  ToyModel reference(cfg);
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlap" : "sequential");
+    auto engine = make_engine(std::make_shared<ToyModel>(cfg), [&] {
+      EngineOptions o;
+      o.overlap_scheduling = overlap;
+      return o;
+    }());
+    std::mt19937 rng(3);
+    auto specs = workload(rng, 6, {5, 6, 7}, true, cfg.vocab);
+    Collector c;
+    c.expect(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      TokenCallback collect = c.callback(i);
+      // Request 0's callback throws something that is not a std::exception on every event.
+      TokenCallback cb = i != 0 ? collect : [collect](const TokenEvent& e) {
+        collect(e);
+        throw 42;
+      };
+      ASSERT_EQ(engine->submit(specs[i], cb).status, SubmitStatus::kAccepted);
+    }
+    ASSERT_TRUE(c.wait());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const Outcome want = expected_outcome(reference, specs[i], cfg.eos);
+      EXPECT_EQ(c.get(i).tokens, want.tokens) << "request " << i;
+      EXPECT_EQ(c.get(i).finish, want.finish) << "request " << i;
+    }
+  }
+}
+
+// shutdown() from a callback only asks the loop to stop; destroying the engine from another thread
+// then waits for the loop (it used to detach it and free the state the loop was still using).
+TEST(EngineShutdown, FromACallbackThenDestroyedElsewhere) {
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlap" : "sequential");
+    auto model = std::make_shared<ToyModel>(ToyConfig{});
+    EngineOptions o;
+    o.overlap_scheduling = overlap;
+    auto engine = make_engine(model, o);
+    Engine* e = engine.get();
+    std::mutex mu;
+    std::condition_variable cv;
+    bool shut = false, destroyed = false, destroyed_seen_in_callback = false;
+    std::atomic<int> finals{0};
+    std::atomic<bool> first{true};
+    constexpr int kRequests = 6;
+    for (int i = 0; i < kRequests; ++i) {
+      engine->submit(fixed_length_greedy({3, 4, 5}, 4000), [&](const TokenEvent& ev) {
+        if (ev.finish != FinishReason::kNone) ++finals;
+        if (!first.exchange(false)) return;
+        e->shutdown(false);  // returns at once: the loop is running this callback
+        std::unique_lock<std::mutex> lock(mu);
+        shut = true;
+        cv.notify_all();
+        // Give a destructor that does not wait for the loop the chance to finish first.
+        cv.wait_for(lock, std::chrono::milliseconds(300), [&] { return destroyed; });
+        destroyed_seen_in_callback = destroyed;
+      });
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return shut; }));
+    }
+    engine.reset();  // must wait for the loop, which is still inside the callback
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      destroyed = true;
+      cv.notify_all();
+      EXPECT_FALSE(destroyed_seen_in_callback) << "the engine was destroyed while its loop still ran";
+    }
+    EXPECT_EQ(finals.load(), kRequests);  // every request got its final event before the engine went
+    EXPECT_EQ(model->live_sequences(), 0);
+  }
+}
+
+// Destroying the engine from its own callback cannot be made safe (the loop running the callback
+// would go on in freed memory): it ends the process with a message saying so.
+TEST(EngineShutdownDeathTest, DestroyedFromItsOwnCallbackEndsTheProcessWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto holder = std::make_shared<std::unique_ptr<Engine>>(
+            make_engine(std::make_shared<ToyModel>(ToyConfig{}), EngineOptions{}));
+        (*holder)->submit(fixed_length_greedy({3, 4, 5}, 3), [holder](const TokenEvent& e) {
+          if (e.finish != FinishReason::kNone) holder->reset();
+        });
+        std::promise<void>().get_future().wait();  // never ready: the engine thread ends the process
+      },
+      "destroyed from its own token callback");
+}
+
+// A finished request's callback (which holds an HTTP exchange in the server) is released as soon as
+// its final event was delivered, not when the engine next does something.
+TEST(EngineMemory, AFinishedRequestReleasesItsCallbackAtOnce) {
+  struct Sentinel {
+    std::mutex* mu;
+    std::condition_variable* cv;
+    bool* gone;
+    ~Sentinel() {
+      std::lock_guard<std::mutex> lock(*mu);
+      *gone = true;
+      cv->notify_all();
+    }
+  };
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlap" : "sequential");
+    EngineOptions o;
+    o.overlap_scheduling = overlap;
+    auto engine = make_engine(std::make_shared<ToyModel>(ToyConfig{}), o);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool gone = false, final_seen = false;
+    auto sentinel = std::make_shared<Sentinel>(&mu, &cv, &gone);
+    ASSERT_EQ(engine
+                  ->submit(fixed_length_greedy({3, 4, 5}, 5),
+                           [sentinel, &mu, &final_seen](const TokenEvent& ev) {
+                             if (ev.finish == FinishReason::kNone) return;
+                             std::lock_guard<std::mutex> lock(mu);
+                             final_seen = true;
+                           })
+                  .status,
+              SubmitStatus::kAccepted);
+    sentinel.reset();  // only the engine holds it now
+    std::unique_lock<std::mutex> lock(mu);
+    // The engine is idle after the final event: nothing else will happen that could release it.
+    EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return gone; }))
+        << "the callback of a finished request is still held by the idle engine";
+    EXPECT_TRUE(final_seen);
+  }
+}
+
+}  // namespace
+}  // namespace dsinfer::engine::testing

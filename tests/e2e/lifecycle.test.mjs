@@ -68,7 +68,7 @@ test('SIGTERM lets a short in-flight stream finish, then the server exits 0', as
   const server = await startServer(['--shutdown-timeout', '60']);
   const r = await fetch(`${server.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ ...longChat, max_tokens: 40 }) });
+    body: JSON.stringify({ ...longChat, max_tokens: 40, stream_options: { include_usage: true } }) });
   assert.equal(r.status, 200);
   let signalled = false;
   const text = await readSse(r, (t) => {
@@ -77,8 +77,8 @@ test('SIGTERM lets a short in-flight stream finish, then the server exits 0', as
   assert.ok(signalled);
   assert.ok(text.endsWith('data: [DONE]\n\n'), 'the stream ended normally');
   const lines = text.split('\n\n').filter((l) => l.startsWith('data: {'));
-  const last = JSON.parse(lines.at(-1).slice(6));
-  assert.equal(last.choices[0].finish_reason, 'length');
+  const last = JSON.parse(lines.at(-1).slice(6));  // OpenAI's usage chunk, after the finish chunk
+  assert.equal(JSON.parse(lines.at(-2).slice(6)).choices[0].finish_reason, 'length');
   assert.equal(last.usage.completion_tokens, 40);
   const { code } = await server.exited;
   assert.equal(code, 0, server.stderr());

@@ -162,7 +162,9 @@ TEST(Safetensors, HostileSizesDoNotWrap) {
       // 2^31 x 2^31 F32 = 2^64 bytes, which wraps to 0 and so matched the empty data_offsets.
       {"shape product x dtype size wraps to 0",
        raw_file(R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", ""),
-       {"tensor 'w'", "exceeds the 0 data bytes"}},
+       {"tensor 'w'", "more elements than the 0 data bytes"}},
+      {"elements fit, bytes do not", raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,4]}})", std::string(4, '\0')),
+       {"tensor 'w'", "x 4 bytes of F32 exceeds the 4 data bytes"}},
       {"shape product wraps", raw_file(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})", ""),
        {"tensor 'w'", "more elements than the 0 data bytes"}},
       {"dim beyond int64", raw_file(R"({"w":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,1]}})",

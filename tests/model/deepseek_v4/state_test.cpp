@@ -183,14 +183,14 @@ std::vector<uint8_t> reframe(std::span<const uint8_t> bytes, const std::function
                              uint32_t version = 1) {
   std::vector<uint8_t> body(bytes.begin() + kFrameHeader, bytes.end() - 8);
   edit(body);
-  std::vector<uint8_t> out(bytes.begin(), bytes.begin() + kFrameHeader);
-  std::memcpy(out.data() + 8, &version, 4);
   const uint64_t n = body.size();
+  std::vector<uint8_t> out(kFrameHeader + n + 8);
+  std::memcpy(out.data(), bytes.data(), 8);  // magic
+  std::memcpy(out.data() + 8, &version, 4);
   std::memcpy(out.data() + 16, &n, 8);
-  out.insert(out.end(), body.begin(), body.end());
-  const uint64_t sum = XXH3_64bits(out.data(), out.size());
-  out.resize(out.size() + 8);
-  std::memcpy(out.data() + out.size() - 8, &sum, 8);
+  if (n > 0) std::memcpy(out.data() + kFrameHeader, body.data(), n);
+  const uint64_t sum = XXH3_64bits(out.data(), kFrameHeader + n);
+  std::memcpy(out.data() + kFrameHeader + n, &sum, 8);
   return out;
 }
 
@@ -301,7 +301,7 @@ TEST_F(V4State, CorruptBlockBytesAreRejected) {
   EXPECT_NE(invalid_input_error([&] { CompressedBlock::from_bytes(layout, 0, reframe(good, [](auto&) {}, 7)); })
                 .find("format version 7"),
             std::string::npos);
-  EXPECT_NE(invalid_input_error([&] { CompressedBlock::from_bytes(layout, 3, good); }).find("holds block 0, block 3 was asked for"),
+  EXPECT_NE(invalid_input_error([&] { CompressedBlock::from_bytes(layout, 3, good); }).find("the bytes hold block 0, block 3 was asked for"),
             std::string::npos);
   const size_t desc = layout->describe().size();
   EXPECT_NE(invalid_input_error([&] {

@@ -99,8 +99,8 @@ void SequenceState::reset_rings(int64_t pos) {
 }
 
 void SequenceState::begin_step(int64_t n) {
-  DSINFER_CHECK(!needs_window_, "sequence was attached to cached blocks but has no window state yet: call restore() "
-                                "or begin_bounded_replay() before forward");
+  DSINFER_CHECK_INTERNAL(!needs_window_, "sequence was attached to cached blocks but has no window state yet: call "
+                                         "restore() or begin_bounded_replay() before forward");
   const ModelShape& s = *shape_;
   rollback_floor_ = length_;
   for (int64_t l = 0; l < s.n_layers; ++l) {
@@ -156,8 +156,8 @@ void SequenceState::release_rollback() {
 }
 
 void SequenceState::begin_mtp_step(int64_t n) {
-  DSINFER_CHECK(!needs_window_, "sequence has no window state yet (attached prefix without restore/replay)");
-  DSINFER_CHECK(shape_->has_mtp, "this model has no MTP block");
+  DSINFER_CHECK_INTERNAL(!needs_window_, "sequence has no window state yet (attached prefix without restore/replay)");
+  DSINFER_CHECK_INTERNAL(shape_->has_mtp, "this model has no MTP block");
   // MTP row p used the token at p + 1: rows whose token may still be rolled back (p + 1 >= the main
   // model's rollback floor), and every row since (chained drafts), stay revocable.
   mtp_rollback_floor_ = std::max(mtp_rollback_floor_, std::min(mtp_length_, rollback_floor_ - 1));
@@ -192,7 +192,7 @@ void SequenceState::unfreeze_above(int64_t end) {
 }
 
 void SequenceState::truncate(int64_t new_length) {
-  DSINFER_CHECK(new_length >= rollback_floor_ && new_length <= length_, "truncate(", new_length,
+  DSINFER_CHECK_INTERNAL(new_length >= rollback_floor_ && new_length <= length_, "truncate(", new_length,
                 "): a sequence of length ", length_, " can only be rolled back to [", rollback_floor_, ", ", length_,
                 "] (the length before its last forward call)");
   length_ = new_length;
@@ -209,14 +209,14 @@ void SequenceState::truncate(int64_t new_length) {
 }
 
 void SequenceState::truncate_mtp(int64_t new_length) {
-  DSINFER_CHECK(new_length >= mtp_rollback_floor_ && new_length <= mtp_length_, "truncate_mtp(", new_length,
+  DSINFER_CHECK_INTERNAL(new_length >= mtp_rollback_floor_ && new_length <= mtp_length_, "truncate_mtp(", new_length,
                 "): MTP rows can only be rolled back to [", mtp_rollback_floor_, ", ", mtp_length_, "]");
   mtp_length_ = new_length;
   if (shape_->has_mtp) layers_.back().window.truncate(new_length);
 }
 
 void SequenceState::attach_prefix(std::span<const BlockRef> blocks) {
-  DSINFER_CHECK(length_ == 0 && mtp_length_ == 0 && full_.empty() && pending_.empty(),
+  DSINFER_CHECK_INTERNAL(length_ == 0 && mtp_length_ == 0 && full_.empty() && pending_.empty(),
                 "attach_prefix needs a fresh sequence (this one has length ", length_, ")");
   for (size_t i = 0; i < blocks.size(); ++i) {
     DSINFER_CHECK(blocks[i] != nullptr, "attach_prefix: block ", i, " is null");
@@ -238,7 +238,7 @@ void SequenceState::attach_prefix(std::span<const BlockRef> blocks) {
 }
 
 int64_t SequenceState::begin_bounded_replay() {
-  DSINFER_CHECK(needs_window_, "begin_bounded_replay needs a sequence just attached to cached blocks");
+  DSINFER_CHECK_INTERNAL(needs_window_, "begin_bounded_replay needs a sequence just attached to cached blocks");
   const int64_t h = replay_end_;
   const int64_t s = h - std::min(shape_->window, h);
   length_ = mtp_length_ = s;
@@ -250,7 +250,7 @@ int64_t SequenceState::begin_bounded_replay() {
 }
 
 WindowSnapshot SequenceState::snapshot() const {
-  DSINFER_CHECK(!needs_window_, "snapshot of a sequence without window state");
+  DSINFER_CHECK_INTERNAL(!needs_window_, "snapshot of a sequence without window state");
   const ModelShape& s = *shape_;
   WindowSnapshot snap;
   snap.length_ = length_;
@@ -369,7 +369,7 @@ const CompressedBlock& SequenceState::block_for(int part, int64_t g, int64_t* lo
   *local = g - b * p.entries;
   const int64_t nfull = static_cast<int64_t>(full_.size());
   if (b < nfull) return *full_[b];
-  DSINFER_CHECK(b - nfull < static_cast<int64_t>(pending_.size()), "compressed entry ", g, " of layer ", p.layer,
+  DSINFER_CHECK_INTERNAL(b - nfull < static_cast<int64_t>(pending_.size()), "compressed entry ", g, " of layer ", p.layer,
                 " does not exist");
   return *pending_[b - nfull];
 }
@@ -379,7 +379,7 @@ CompressedBlock& SequenceState::writable_block_for(int part, int64_t g, int64_t*
   const int64_t b = g / p.entries;
   *local = g - b * p.entries;
   const int64_t nfull = static_cast<int64_t>(full_.size());
-  DSINFER_CHECK(b >= nfull, "compressed entry ", g, " of layer ", p.layer, " lies in a full (immutable) block");
+  DSINFER_CHECK_INTERNAL(b >= nfull, "compressed entry ", g, " of layer ", p.layer, " lies in a full (immutable) block");
   while (static_cast<int64_t>(pending_.size()) <= b - nfull)
     pending_.push_back(std::make_shared<CompressedBlock>(shape_->blocks, nfull + static_cast<int64_t>(pending_.size())));
   return *pending_[b - nfull];

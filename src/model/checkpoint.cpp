@@ -60,13 +60,17 @@ void check_counts_against_files(const std::string& dir, const ModelConfig& c,
     const size_t ffn = name.find(".ffn.experts.");
     if (ffn != std::string::npos) experts = std::max(experts, index_after(std::string_view(name).substr(ffn), ".ffn.experts.") + 1);
   }
-  auto check = [&](int64_t config_value, int64_t found, const char* field, const char* what) {
-    DSINFER_CHECK(found == 0 || config_value <= found, "checkpoint ", dir, ": config.json field '", field, "' (",
-                  config_value, ") disagrees with the checkpoint, whose tensors have ", found, " ", what);
+  auto check = [&](int64_t config_value, int64_t found, const char* field, const char* what, const char* prefix) {
+    if (found == 0 || config_value <= found) return;
+    const std::string missing = config_value - found == 1
+                                    ? core::str_cat(prefix, found, " is missing")
+                                    : core::str_cat(prefix, found, " .. ", prefix, config_value - 1, " are missing");
+    core::fail("checkpoint ", dir, ": config.json field '", field, "' (", config_value,
+               ") disagrees with the checkpoint, whose tensors have ", found, " ", what, " (", missing, ")");
   };
-  check(c.num_hidden_layers, layers, "num_hidden_layers", "layers (layers.0 .. layers.N-1)");
-  check(c.n_mtp_layers, stages, "n_mtp_layers", "MTP stages (mtp.0 .. mtp.N-1)");
-  check(c.n_routed_experts, experts, "n_routed_experts", "routed experts per layer (ffn.experts.0 .. ffn.experts.N-1)");
+  check(c.num_hidden_layers, layers, "num_hidden_layers", "layers", "layers.");
+  check(c.n_mtp_layers, stages, "n_mtp_layers", "MTP stages", "mtp.");
+  check(c.n_routed_experts, experts, "n_routed_experts", "routed experts per layer", "ffn.experts.");
 }
 
 }  // namespace

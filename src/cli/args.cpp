@@ -1,6 +1,7 @@
 #include "cli/args.h"
 
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 
@@ -23,6 +24,12 @@ void Args::option(const std::string& name, const std::string& value_name, const 
   specs_[name] = Spec{value_name, help, std::move(default_value), false};
 }
 
+void Args::alias(const std::string& old_name, const std::string& canonical) {
+  DSINFER_CHECK_INTERNAL(specs_.count(canonical) && !specs_.count(old_name), "dsinfer ", command_, ": bad alias --",
+                         old_name, " of --", canonical);
+  aliases_[old_name] = canonical;
+}
+
 std::string Args::usage() const {
   std::ostringstream out;
   out << "usage: dsinfer " << command_ << " [flags]\n\n" << summary_ << "\n\nflags:\n";
@@ -34,6 +41,9 @@ std::string Args::usage() const {
     else out << "\n" << std::string(28, ' ');
     out << s.help;
     if (s.default_value) out << " (default: " << *s.default_value << ")";
+    for (const auto& [old_name, canonical] : aliases_) {
+      if (canonical == name) out << " (old spelling: --" << old_name << ")";
+    }
     out << "\n";
   }
   return out.str();
@@ -53,6 +63,7 @@ bool Args::parse(int argc, char** argv) {
       inline_value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
+    if (auto a = aliases_.find(name); a != aliases_.end()) name = a->second;
     auto it = specs_.find(name);
     if (it == specs_.end()) {
       std::fprintf(stderr, "dsinfer %s: unknown flag '--%s' (see --help)\n", command_.c_str(), name.c_str());
@@ -107,6 +118,19 @@ int64_t Args::get_int(const std::string& name) const {
   DSINFER_CHECK(ec == std::errc() && ptr == v.data() + v.size(), "dsinfer ", command_, ": --", name,
                 " expects an integer, got '", v, "'");
   return out;
+}
+
+int64_t Args::get_int(const std::string& name, int64_t min, int64_t max) const {
+  const int64_t v = get_int(name);
+  DSINFER_CHECK(v >= min && v <= max, "dsinfer ", command_, ": --", name, " must be in [", min, ", ", max, "], got ",
+                v);
+  return v;
+}
+
+int64_t Args::get_mib_as_bytes(const std::string& name, int64_t min_mib, int64_t max_mib) const {
+  DSINFER_CHECK_INTERNAL(min_mib >= 0 && max_mib <= (INT64_MAX >> 20), "dsinfer ", command_, ": --", name,
+                         ": MiB range beyond int64 bytes");
+  return get_int(name, min_mib, max_mib) << 20;
 }
 
 double Args::get_double(const std::string& name) const {

@@ -19,6 +19,9 @@ class Args {
   void option(const std::string& name, const std::string& value_name, const std::string& help,
               std::optional<std::string> default_value = std::nullopt);
 
+  // An old spelling of a declared flag: accepted as `canonical` and listed in that flag's help line.
+  void alias(const std::string& old_name, const std::string& canonical);
+
   // Returns false when the command should exit now (after --help, or after printing an error);
   // exit_code() then tells with which status.
   bool parse(int argc, char** argv);
@@ -28,6 +31,11 @@ class Args {
   std::string get(const std::string& name) const;  // value or default; fails if neither
   std::optional<std::string> get_optional(const std::string& name) const;
   int64_t get_int(const std::string& name) const;
+  // An integer in [min, max]; fails naming the flag and the range (sizes that later feed a shift, a
+  // product or a narrower type are bounded here, so they cannot overflow there).
+  int64_t get_int(const std::string& name, int64_t min, int64_t max) const;
+  // A size given in MiB, in [min_mib, max_mib], as bytes.
+  int64_t get_mib_as_bytes(const std::string& name, int64_t min_mib, int64_t max_mib) const;
   double get_double(const std::string& name) const;
   std::string usage() const;
 
@@ -42,6 +50,7 @@ class Args {
   std::string summary_;
   std::vector<std::string> order_;
   std::map<std::string, Spec> specs_;
+  std::map<std::string, std::string> aliases_;  // old spelling -> canonical
   std::map<std::string, std::string> values_;
   int exit_code_ = 0;
 };

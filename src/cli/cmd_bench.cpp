@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/common_flags.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "kernels/cpu/machine_limits.h"
@@ -100,14 +101,11 @@ int run_bench(int argc, char** argv) {
             "bandwidth and FMA peak, the decode roofline (weight bytes touched per token / bandwidth) and\n"
             "the fraction of it reached. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
             "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.");
-  args.option("model", "DIR", "checkpoint directory (config.json + safetensors)");
+  add_model_flags(args);
   args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens)", "512");
   args.option("decode-tokens", "N", "timed decode steps (greedy, one token each) after the prefill", "64");
   args.option("warmup", "N", "untimed decode steps before the timed ones", "4");
-  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
   args.option("bandwidth-mib", "MIB", "buffer of the bandwidth probe (well above the last-level cache)", "1024");
-  args.option("numerics", "MODE", "exact (fp32 activations) or reference (activation FP8 QDQ, bf16 storage)", "exact");
-  args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ");
   args.option("seed", "S", "seed of the random prompt", "1");
   if (!args.parse(argc, argv)) return args.exit_code();
   const int64_t prompt_len = args.get_int("prompt-len");
@@ -119,9 +117,10 @@ int run_bench(int argc, char** argv) {
   const std::string dir = args.get("model");
 
   v4::ModelOptions opt;
-  opt.numerics.mode = v4::parse_numerics_mode(args.get("numerics"));
-  opt.numerics.kv_qdq = !args.has("no-kv-qdq");
-  opt.threads = static_cast<int>(args.get_int("threads"));
+  const ModelFlags model_flags = read_model_flags(args);
+  opt.numerics.mode = v4::parse_numerics_mode(model_flags.numerics);
+  opt.numerics.kv_qdq = model_flags.kv_qdq;
+  opt.threads = model_flags.threads;
   opt.prefault = true;
   const auto t_load = Clock::now();
   auto model = v4::Model::load(dir, opt);
@@ -129,7 +128,7 @@ int run_bench(int argc, char** argv) {
   const int threads = model->pool().size();
 
   // Limits first, with the model loaded (the same memory state as the runs), the pool idle.
-  const auto limits = kernels::measure_machine_limits(threads, args.get_int("bandwidth-mib") << 20);
+  const auto limits = kernels::measure_machine_limits(threads, args.get_mib_as_bytes("bandwidth-mib", 1, 1 << 20));
   const TokenTraffic traffic = token_traffic(*model::Checkpoint::open(dir));
 
   const int64_t vocab = model->config().vocab_size;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/common_flags.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
@@ -21,14 +22,11 @@ double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::d
 
 int run_bench_forward(int argc, char** argv) {
   Args args("bench-forward", "Measure prefill and decode tokens/s of the DeepSeek-V4 forward pass.");
-  args.option("model", "DIR", "checkpoint directory");
+  add_model_flags(args);
   args.option("prompt-tokens", "N", "prompt length per sequence", "512");
   args.option("chunk-size", "N", "prefill chunk size", "512");
   args.option("decode-tokens", "N", "decode steps after the prompt", "32");
   args.option("batch", "B", "sequences decoded together (each prefilled alone)", "1");
-  args.option("numerics", "MODE", "exact or reference", "exact");
-  args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ");
-  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
   args.option("seed", "S", "token seed", "1");
   if (!args.parse(argc, argv)) return args.exit_code();
   const int64_t T = args.get_int("prompt-tokens"), chunk = args.get_int("chunk-size");
@@ -36,12 +34,13 @@ int run_bench_forward(int argc, char** argv) {
   DSINFER_CHECK(T >= 1 && chunk >= 1 && steps >= 0 && B >= 1, "bench-forward: sizes must be positive");
 
   v4::ModelOptions opt;
-  opt.numerics.mode = v4::parse_numerics_mode(args.get("numerics"));
-  opt.numerics.kv_qdq = !args.has("no-kv-qdq");
-  opt.threads = static_cast<int>(args.get_int("threads"));
+  const ModelFlags model_flags = read_model_flags(args);
+  opt.numerics.mode = v4::parse_numerics_mode(model_flags.numerics);
+  opt.numerics.kv_qdq = model_flags.kv_qdq;
+  opt.threads = model_flags.threads;
   opt.prefault = true;
   const auto t0 = Clock::now();
-  auto model = v4::Model::load(args.get("model"), opt);
+  auto model = v4::Model::load(model_flags.dir, opt);
   const auto t1 = Clock::now();
   const int64_t vocab = model->config().vocab_size;
   std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));

@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 
 #include "cli/args.h"
+#include "cli/common_flags.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -140,9 +141,8 @@ int run_bench_serve(int argc, char** argv) {
             "Serving-engine benchmarks on a checkpoint: prefill throughput per core vs batch size, decode speed "
             "and throughput vs concurrency, TTFT with and without a cached prefix over a multi-turn trace, "
             "overlap scheduling and speculation. Table on stdout, CSV + PNG in --out.");
-  args.option("model", "DIR", "checkpoint directory");
+  add_model_flags(args);
   args.option("out", "DIR", "where CSV files and plots go", "bench-serve-out");
-  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
   args.option("prefill-len", "N", "prompt length of the prefill runs", "512");
   args.option("prefill-batches", "LIST", "batch sizes of the prefill curve", "1,2,4,8");
   args.option("decode-prompt", "N", "prompt length of the decode runs", "64");
@@ -152,7 +152,8 @@ int run_bench_serve(int argc, char** argv) {
   args.option("turn-len", "N", "new user tokens per turn", "64");
   args.option("answer-len", "N", "answer tokens per turn", "32");
   args.option("turns", "N", "turns of the trace", "4");
-  args.option("kv-budget-mib", "N", "engine KV budget", "8192");
+  // The engine flags of serve and generate that fit a benchmark which sets batch sizes itself.
+  args.option("kv-budget-mib", "MIB", "KV memory budget of the engine", "8192");
   args.option("callback-us", "N", "CPU cost per token event in the second overlap run (a server's work)", "200");
   args.flag("speculation", "also measure decode with MTP speculation (acceptance rate)");
   args.flag("skip-prefill", "skip the prefill curve");
@@ -168,19 +169,22 @@ int run_bench_serve(int argc, char** argv) {
   const std::string out_dir = args.get("out");
   std::filesystem::create_directories(out_dir);
   engine::V4RunnerOptions ro;
-  const int threads = static_cast<int>(args.get_int("threads"));
+  const ModelFlags model_flags = read_model_flags(args);
+  ro.model.numerics.mode = model::deepseek_v4::parse_numerics_mode(model_flags.numerics);
+  ro.model.numerics.kv_qdq = model_flags.kv_qdq;
+  const int threads = model_flags.threads;
   std::unique_ptr<core::ThreadPool> pool;
   if (threads > 0) {
     pool = std::make_unique<core::ThreadPool>(threads);
     ro.model.pool = pool.get();
   }
   const int cores = threads > 0 ? threads : core::ThreadPool::global().size();
-  std::fprintf(stderr, "bench-serve: loading %s\n", args.get("model").c_str());
-  auto model = engine::open_model(args.get("model"), ro);
+  std::fprintf(stderr, "bench-serve: loading %s\n", model_flags.dir.c_str());
+  auto model = engine::open_model(model_flags.dir, ro);
   const int32_t vocab = model->info().vocab_size;
   std::mt19937 rng(1234);
   EngineOptions base;
-  base.kv_budget_bytes = args.get_int("kv-budget-mib") << 20;
+  base.kv_budget_bytes = args.get_mib_as_bytes("kv-budget-mib", 1, kMaxKvBudgetMib);
   base.max_running = 256;
 
   std::printf("dsinfer bench-serve: %s, %d cores\n\n", args.get("model").c_str(), cores);

@@ -9,6 +9,7 @@
 //                 ("text" too when the prompt was text). With --max-concurrency 1 the requests run one
 //                 after another, so a repeated prompt hits the prefix cache.
 // output_ids end with the stop token when a request stopped on one (EOS or stop_token_ids).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -20,6 +21,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/common_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/offline.h"
@@ -35,7 +37,7 @@ int run_generate(int argc, char** argv) {
   Args args("generate",
             "Generate tokens through the serving engine: one prompt (--prompt-ids, ids printed as they come) or "
             "many (--prompts FILE.jsonl, one JSON result per input line, in input order).");
-  args.option("model", "DIR", "checkpoint directory");
+  add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated prompt token ids (one prompt)");
   args.option("prompts", "FILE",
               "JSONL, one request per line: prompt_ids or prompt (text, needs DIR/tokenizer.json), max_tokens, "
@@ -49,21 +51,18 @@ int run_generate(int argc, char** argv) {
   args.option("min-p", "P", "drop tokens below P times the most likely one's probability", "0");
   args.option("seed", "S", "sampling seed", "0");
   args.flag("ignore-eos", "keep generating after the end-of-sequence token");
-  args.option("chunk-size", "N", "tokens per forward step, prefill chunks included (0: engine default 2048)", "0");
-  args.option("kv-budget-mib", "N", "KV memory budget of the engine", "4096");
-  args.flag("no-prefix-cache", "do not reuse KV blocks across requests");
   args.flag("no-overlap", "plan each step only after the previous one finished");
-  args.flag("speculation", "MTP speculative decoding (lossless)");
-  args.option("numerics", "MODE", "exact or reference", "exact");
-  args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ (diagnostic)");
-  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
+  // --max-running defaults to --max-concurrency, --max-queue to the number of requests.
+  add_engine_flags(args);
   if (!args.parse(argc, argv)) return args.exit_code();
 #ifndef DSINFER_ENGINE_HAVE_V4
   std::fprintf(stderr, "dsinfer generate: this build has no DeepSeek-V4 model library\n");
   return 1;
 #else
   DSINFER_CHECK(args.has("prompt-ids") != args.has("prompts"), "give exactly one of --prompt-ids and --prompts");
-  const std::string model_dir = args.get("model");
+  const ModelFlags model_flags = read_model_flags(args);
+  const EngineFlags engine_flags = read_engine_flags(args);
+  const std::string model_dir = model_flags.dir;
 
   engine::RequestSpec defaults;
   defaults.max_tokens = static_cast<int32_t>(args.get_int("max-tokens"));
@@ -106,20 +105,21 @@ int run_generate(int argc, char** argv) {
   }
 
   engine::V4RunnerOptions ro;
-  ro.model.numerics.mode = model::deepseek_v4::parse_numerics_mode(args.get("numerics"));
-  ro.model.numerics.kv_qdq = !args.has("no-kv-qdq");
-  ro.model.threads = static_cast<int>(args.get_int("threads"));
+  ro.model.numerics.mode = model::deepseek_v4::parse_numerics_mode(model_flags.numerics);
+  ro.model.numerics.kv_qdq = model_flags.kv_qdq;
+  ro.model.threads = model_flags.threads;
   auto runner = engine::open_model(model_dir, ro);
-  const int64_t concurrency = args.get_int("max-concurrency");
-  DSINFER_CHECK(concurrency >= 1, "--max-concurrency must be >= 1");
+  const int64_t concurrency = args.get_int("max-concurrency", 1, kMaxRunning);
   engine::EngineOptions eo;
-  eo.kv_budget_bytes = args.get_int("kv-budget-mib") << 20;
-  eo.max_running = static_cast<int32_t>(concurrency);
-  eo.max_queue = static_cast<int32_t>(specs.size() + 1);
-  if (args.get_int("chunk-size") > 0) eo.max_batch_tokens = static_cast<int32_t>(args.get_int("chunk-size"));
-  eo.prefix_cache = !args.has("no-prefix-cache");
+  eo.kv_budget_bytes = engine_flags.kv_budget_bytes;
+  eo.max_running = args.has("max-running") ? engine_flags.max_running : static_cast<int32_t>(concurrency);
+  eo.max_queue = args.has("max-queue") ? engine_flags.max_queue
+                                       : static_cast<int32_t>(std::min<size_t>(specs.size() + 1, kMaxQueue));
+  eo.max_batch_tokens = engine_flags.max_batch_tokens;
+  eo.prefix_cache = engine_flags.prefix_cache;
   eo.overlap_scheduling = !args.has("no-overlap");
-  eo.speculation = args.has("speculation");
+  eo.speculation = engine_flags.speculation;
+  eo.draft_tokens = engine_flags.draft_tokens;
   auto engine = engine::make_engine(runner, eo);
 
   std::FILE* out = stdout;

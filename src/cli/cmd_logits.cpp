@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/common_flags.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "kernels/cpu/targets.h"
@@ -111,11 +112,11 @@ class KvDump {
   std::vector<float> window_, mtp_window_;
 };
 
-v4::ModelOptions model_options(const Args& args) {
+v4::ModelOptions model_options(const ModelFlags& flags) {
   v4::ModelOptions opt;
-  opt.numerics.mode = v4::parse_numerics_mode(args.get("numerics"));
-  opt.numerics.kv_qdq = !args.has("no-kv-qdq");
-  opt.threads = static_cast<int>(args.get_int("threads"));
+  opt.numerics.mode = v4::parse_numerics_mode(flags.numerics);
+  opt.numerics.kv_qdq = flags.kv_qdq;
+  opt.threads = flags.threads;
   return opt;
 }
 
@@ -123,17 +124,14 @@ int run_logits(int argc, char** argv) {
   Args args("logits",
             "Write fp32 logits [T, vocab] of every prompt position to a .npy file (or, with --mtp, the MTP\n"
             "head's logits [T-1, vocab]: row p from the final streams at p and token p+1, predicting p+2).");
-  args.option("model", "DIR", "checkpoint directory (config.json + safetensors)");
+  add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated token ids, or @FILE holding them");
   args.option("out", "FILE", "output .npy (float32)");
   args.flag("mtp", "write the MTP logits [T-1, vocab] instead of the main logits");
-  args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ (diagnostic)");
-  args.option("numerics", "MODE", "exact (fp32 activations) or reference (activation FP8 QDQ, bf16 storage)", "exact");
   args.option("chunk-size", "N", "feed the prompt in chunks of N tokens (1 = token-by-token decode; 0 = one pass)",
               "0");
   args.option("rollback", "K", "after every chunk run K extra random tokens and roll them back", "0");
   args.option("seed", "S", "seed of the random rollback tokens", "1");
-  args.option("threads", "N", "worker threads (0: DSINFER_THREADS or all cores)", "0");
   args.option("simd", "TARGET", "force one compiled SIMD target, e.g. AVX2 (diagnostic: each computes other bits)", "");
   args.option("dump-kv", "PREFIX", "also write the stored (QDQ'd) window KV, compressed KV and indexer keys as .npy");
   if (!args.parse(argc, argv)) return args.exit_code();
@@ -158,7 +156,8 @@ int run_logits(int argc, char** argv) {
     DSINFER_CHECK(simd.has_value(), "--simd: no target ", want, " in this build on this CPU (have:", names, ")");
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto model = v4::Model::load(args.get("model"), model_options(args));
+  const ModelFlags model_flags = read_model_flags(args);
+  auto model = v4::Model::load(model_flags.dir, model_options(model_flags));
   const auto t1 = std::chrono::steady_clock::now();
   const int64_t vocab = model->config().vocab_size;
   const int64_t hd = model->shape().hc_dim();

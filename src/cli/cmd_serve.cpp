@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/common_flags.h"
 #include "cli/progress.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -22,6 +24,7 @@
 #endif
 #include "server/api_server.h"
 #include "server/default_model.h"
+#include "recipe/tokenizer_loader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::cli {
@@ -38,17 +41,14 @@ std::vector<std::string> split_names(const std::string& text) {
   return out;
 }
 
+// Bounded so that the conversion to milliseconds cannot overflow (a million seconds is 11 days).
 std::chrono::milliseconds seconds_flag(const Args& args, const char* name) {
   const double s = args.get_double(name);
-  DSINFER_CHECK(s > 0, "dsinfer serve: --", name, " must be > 0 seconds, got ", s);
+  DSINFER_CHECK(s > 0 && s <= 1e6, "dsinfer serve: --", name, " must be in (0, 1000000] seconds, got ", s);
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
 
-int64_t positive_int(const Args& args, const char* name, int64_t min = 1) {
-  const int64_t v = args.get_int(name);
-  DSINFER_CHECK(v >= min, "dsinfer serve: --", name, " must be >= ", min, ", got ", v);
-  return v;
-}
+constexpr int64_t kInt32Max = INT32_MAX;
 
 [[maybe_unused]] std::string tokenizer_path_for(const std::string& model_dir) {
   const fs::path own = fs::path(model_dir) / "tokenizer.json";
@@ -63,8 +63,8 @@ int run_serve(int argc, char** argv) {
             "Anthropic Messages, streaming (SSE) and not. Without --model it serves the embedded tiny model,\n"
             "generated on first use under ${DSINFER_HOME:-$HOME/.cache/dsinfer}/models/. Stops cleanly on\n"
             "SIGINT/SIGTERM (a second signal cancels what is still running).");
-  args.option("model", "DIR", "checkpoint directory (config.json, *.safetensors, tokenizer.json)",
-              "the embedded tiny model");
+  add_model_flags(args, "checkpoint directory (config.json, *.safetensors, tokenizer.json; default: the embedded tiny "
+                        "model)");
   args.option("served-model-name", "NAMES",
               "comma-separated names that requests may give as \"model\"; the first is listed by /v1/models",
               "dsinfer-tiny, or the model directory's name");
@@ -94,15 +94,10 @@ int run_serve(int argc, char** argv) {
   args.flag("deepseek-usage-chunk",
             "streamed Chat Completions carry usage on the finish chunk, always (DeepSeek's API); default: OpenAI's "
             "separate last chunk with \"choices\":[], only with stream_options.include_usage");
-  args.option("kv-budget-mb", "MB", "KV memory budget of the engine", "4096");
-  args.option("max-batch-tokens", "N", "tokens per forward step (prefill chunks + decode rows)", "2048");
-  args.option("max-running", "N", "sequences in the running batch", "64");
-  args.option("max-queue", "N", "requests waiting in the engine; beyond it 429", "4096");
-  args.flag("no-prefix-cache", "disable the prefix cache");
-  args.flag("speculation", "MTP speculative decoding (lossless)");
-  args.option("draft-tokens", "N", "draft tokens per step with --speculation", "1");
-  args.option("threads", "N", "compute threads of the model (0: $DSINFER_THREADS or every core)", "0");
+  add_engine_flags(args);
   if (!args.parse(argc, argv)) return args.exit_code();
+  const ModelFlags model_flags = read_model_flags(args, /*required=*/false);
+  const EngineFlags engine_flags = read_engine_flags(args);
 
   // Signals are taken by sigwait() below only; every thread started from here inherits the mask.
   sigset_t signals;
@@ -118,19 +113,19 @@ int run_serve(int argc, char** argv) {
   opt.port = static_cast<uint16_t>(port);
   if (auto key = args.get_optional("api-key")) opt.api_key = *key;
   else if (const char* k = std::getenv("DSINFER_API_KEY"); k && *k) opt.api_key = k;
-  opt.http.max_body_bytes = static_cast<size_t>(positive_int(args, "max-body-bytes"));
-  opt.http.max_header_bytes = static_cast<size_t>(positive_int(args, "max-header-bytes", 1024));
-  opt.http.max_connections = static_cast<size_t>(positive_int(args, "max-connections"));
+  opt.http.max_body_bytes = static_cast<size_t>(args.get_int("max-body-bytes", 1, int64_t{1} << 36));
+  opt.http.max_header_bytes = static_cast<size_t>(args.get_int("max-header-bytes", 1024, int64_t{1} << 24));
+  opt.http.max_connections = static_cast<size_t>(args.get_int("max-connections", 1, int64_t{1} << 24));
   opt.http.header_timeout = seconds_flag(args, "header-timeout");
   opt.http.body_timeout = seconds_flag(args, "body-timeout");
   opt.http.idle_timeout = seconds_flag(args, "idle-timeout");
   opt.http.write_timeout = seconds_flag(args, "write-timeout");
-  opt.max_prompt_tokens = positive_int(args, "max-prompt-tokens", 0);
-  opt.max_output_tokens = positive_int(args, "max-tokens", 0);
-  opt.max_concurrent_requests = static_cast<int>(positive_int(args, "max-concurrent-requests"));
-  opt.retry_after_seconds = static_cast<int>(positive_int(args, "retry-after", 0));
-  opt.io_threads = static_cast<int>(positive_int(args, "io-threads"));
-  opt.prep_threads = static_cast<int>(positive_int(args, "prep-threads"));
+  opt.max_prompt_tokens = args.get_int("max-prompt-tokens", 0, kInt32Max);
+  opt.max_output_tokens = args.get_int("max-tokens", 0, kInt32Max);
+  opt.max_concurrent_requests = static_cast<int>(args.get_int("max-concurrent-requests", 1, int64_t{1} << 24));
+  opt.retry_after_seconds = static_cast<int>(args.get_int("retry-after", 0, 86400));
+  opt.io_threads = static_cast<int>(args.get_int("io-threads", 1, 1024));
+  opt.prep_threads = static_cast<int>(args.get_int("prep-threads", 1, 1024));
   const std::string pv = args.get("prompt-version");
   DSINFER_CHECK(pv == "v4" || pv == "v41" || pv == "v4.1", "dsinfer serve: --prompt-version must be v4 or v41, got '",
                 pv, "'");
@@ -140,19 +135,19 @@ int run_serve(int argc, char** argv) {
   const auto drain = seconds_flag(args, "shutdown-timeout");
 
   engine::EngineOptions eopt;
-  eopt.kv_budget_bytes = positive_int(args, "kv-budget-mb") << 20;
-  eopt.max_batch_tokens = static_cast<int32_t>(positive_int(args, "max-batch-tokens"));
-  eopt.max_running = static_cast<int32_t>(positive_int(args, "max-running"));
-  eopt.max_queue = static_cast<int32_t>(positive_int(args, "max-queue"));
-  eopt.prefix_cache = !args.has("no-prefix-cache");
-  eopt.speculation = args.has("speculation");
-  eopt.draft_tokens = static_cast<int32_t>(positive_int(args, "draft-tokens"));
+  eopt.kv_budget_bytes = engine_flags.kv_budget_bytes;
+  eopt.max_batch_tokens = engine_flags.max_batch_tokens;
+  eopt.max_running = engine_flags.max_running;
+  eopt.max_queue = engine_flags.max_queue;
+  eopt.prefix_cache = engine_flags.prefix_cache;
+  eopt.speculation = engine_flags.speculation;
+  eopt.draft_tokens = engine_flags.draft_tokens;
 
   // The model: the one given, or the embedded default (generated on first use).
   std::string model_dir;
   std::string default_name;
-  if (args.has("model")) {
-    model_dir = args.get("model");
+  if (!model_flags.dir.empty()) {
+    model_dir = model_flags.dir;
     DSINFER_CHECK(fs::is_directory(model_dir), "dsinfer serve: --model ", model_dir, " is not a directory");
     default_name = fs::path(model_dir).lexically_normal().filename().string();
     if (default_name.empty() || default_name == ".")
@@ -175,7 +170,10 @@ int run_serve(int argc, char** argv) {
   core::fail("dsinfer serve: this build has no DeepSeek-V4 engine (src/engine/deepseek_v4)");
 #else
   const auto t0 = std::chrono::steady_clock::now();
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tokenizer_path_for(model_dir));
+  // Checked for the template's control tokens now: a wrong tokenizer.json stops the start, naming them.
+  const std::unique_ptr<tokenizer::Tokenizer> tok_owner =
+      recipe::load_prompt_tokenizer(tokenizer_path_for(model_dir), opt.prompt_version);
+  const tokenizer::Tokenizer& tok = *tok_owner;
   std::unique_ptr<engine::Engine> eng;
   {
     // The model reports blocks loaded; the bar shows them as a share of the checkpoint's bytes.
@@ -184,7 +182,9 @@ int run_serve(int argc, char** argv) {
       if (e.is_regular_file() && e.path().extension() == ".safetensors") checkpoint_bytes += e.file_size();
     ProgressBar bar("loading " + model_dir);
     engine::V4RunnerOptions ropt;
-    ropt.model.threads = static_cast<int>(positive_int(args, "threads", 0));
+    ropt.model.threads = model_flags.threads;
+    ropt.model.numerics.mode = model::deepseek_v4::parse_numerics_mode(model_flags.numerics);
+    ropt.model.numerics.kv_qdq = model_flags.kv_qdq;
     ropt.model.progress = [&](int64_t done, int64_t total) {
       if (total <= 0) return;
       const uint64_t t = checkpoint_bytes > 0 ? checkpoint_bytes : static_cast<uint64_t>(total);

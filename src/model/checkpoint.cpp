@@ -37,6 +37,42 @@ void append_list(std::ostringstream& o, const char* title, const std::vector<std
   if (items.size() > limit) o << "\n    ... and " << items.size() - limit << " more";
 }
 
+// "<prefix><n>." at the start of name: n, else -1.
+int64_t index_after(std::string_view name, std::string_view prefix) {
+  if (name.substr(0, prefix.size()) != prefix) return -1;
+  int64_t n = 0;
+  size_t i = prefix.size();
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i < prefix.size() + 9; ++i) n = n * 10 + (name[i] - '0');
+  return i > prefix.size() && i < name.size() && name[i] == '.' ? n : -1;
+}
+
+// The config fields that size the tensor inventory (how many layers, stages and experts it lists),
+// against the tensors the files hold: a config that claims more than the files have is named at once,
+// before an inventory of that size is built from it. (Fewer is left to the inventory report: the
+// files then hold extra tensors.)
+void check_counts_against_files(const std::string& dir, const ModelConfig& c,
+                                const std::map<std::string, const TensorView*, std::less<>>& tensors) {
+  int64_t layers = 0, stages = 0, experts = 0;
+  for (const auto& entry : tensors) {
+    const std::string& name = entry.first;
+    layers = std::max(layers, index_after(name, "layers.") + 1);
+    stages = std::max(stages, index_after(name, "mtp.") + 1);
+    const size_t ffn = name.find(".ffn.experts.");
+    if (ffn != std::string::npos) experts = std::max(experts, index_after(std::string_view(name).substr(ffn), ".ffn.experts.") + 1);
+  }
+  auto check = [&](int64_t config_value, int64_t found, const char* field, const char* what, const char* prefix) {
+    if (found == 0 || config_value <= found) return;
+    const std::string missing = config_value - found == 1
+                                    ? core::str_cat(prefix, found, " is missing")
+                                    : core::str_cat(prefix, found, " .. ", prefix, config_value - 1, " are missing");
+    core::fail("checkpoint ", dir, ": config.json field '", field, "' (", config_value,
+               ") disagrees with the checkpoint, whose tensors have ", found, " ", what, " (", missing, ")");
+  };
+  check(c.num_hidden_layers, layers, "num_hidden_layers", "layers", "layers.");
+  check(c.n_mtp_layers, stages, "n_mtp_layers", "MTP stages", "mtp.");
+  check(c.n_routed_experts, experts, "n_routed_experts", "routed experts per layer", "ffn.experts.");
+}
+
 }  // namespace
 
 std::string InventoryReport::describe(size_t limit) const {
@@ -114,6 +150,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir, const Check
                   "' in ", shard, " but that file does not contain it");
   }
 
+  check_counts_against_files(dir, ck->config_, ck->tensors_);
   ck->inventory_ = expected_tensors(ck->config_);
   for (size_t i = 0; i < ck->inventory_.size(); ++i) ck->inventory_index_.emplace(ck->inventory_[i].name, i);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -12,6 +13,44 @@ namespace dsinfer::model {
 namespace {
 
 using nlohmann::json;
+
+// Upper bounds of this engine, with V4-Flash's value (model-v4.md §1.1) for scale. They are far above
+// every real V4 config, and low enough that whatever is sized from them (the tensor inventory, the
+// per-sequence rings, the per-request top-k buffers, the mHC loop) stays small and fast for a config
+// that is hostile or mistaken: such a config is refused here, naming the field, instead of failing
+// later with std::bad_alloc, a 500 on every request or a hang.
+struct Limit {
+  const char* field;
+  int64_t max;
+  int64_t v4_flash;
+};
+constexpr Limit kVocabSize{"vocab_size", int64_t{1} << 21, 129280};
+constexpr Limit kHiddenSize{"hidden_size", 65536, 4096};
+constexpr Limit kLayers{"num_hidden_layers", 512, 43};
+constexpr Limit kMtpLayers{"n_mtp_layers", 16, 1};  // 3 in V4-Flash-0731 (DSpark)
+constexpr Limit kHeads{"num_attention_heads", 1024, 64};
+constexpr Limit kHeadDim{"head_dim", 4096, 512};
+constexpr Limit kQLoraRank{"q_lora_rank", 65536, 1024};
+constexpr Limit kOLoraRank{"o_lora_rank", 65536, 1024};
+constexpr Limit kSlidingWindow{"sliding_window", 8192, 128};  // the window rings of every sequence scale with it
+constexpr Limit kCompressRatio{"compress_ratios", 4096, 128};
+constexpr Limit kBlockTokens{"compress_ratios", 4096, 128};  // lcm(128, ratios): the compressed block size
+constexpr Limit kMaxPositions{"max_position_embeddings", int64_t{1} << 26, 1048576};
+constexpr Limit kIndexHeads{"index_n_heads", 1024, 64};
+constexpr Limit kIndexHeadDim{"index_head_dim", 4096, 128};
+constexpr Limit kIndexTopk{"index_topk", 8192, 512};  // a buffer of index_topk ids per query row and layer
+constexpr Limit kMoeInter{"moe_intermediate_size", 65536, 2048};
+constexpr Limit kRoutedExperts{"n_routed_experts", 4096, 256};  // the inventory lists every expert's tensors
+constexpr Limit kSharedExperts{"n_shared_experts", 64, 1};
+constexpr Limit kHcMult{"hc_mult", 16, 4};
+constexpr Limit kSinkhornIters{"hc_sinkhorn_iters", 1000, 20};  // run per token and layer
+constexpr Limit kDsparkBlock{"dspark_block_size", 64, 5};
+constexpr Limit kMarkovRank{"dspark_markov_rank", 65536, 256};
+constexpr int64_t kMaxExpertInstances = int64_t{1} << 16;
+// Lists (compress_ratios, dspark_target_layer_ids) cannot be longer than the layers allow.
+constexpr size_t kMaxListEntries = kLayers.max + kMtpLayers.max;
+// config.json of V4-Flash is ~3 KB.
+constexpr size_t kMaxConfigBytes = 1 << 20;
 
 // Reads fields under their HF name or the reference alias (§1.2); both present must agree.
 class FieldReader {
@@ -40,6 +79,8 @@ class FieldReader {
     }
     DSINFER_CHECK(v->is_number_integer(), "config ", source_, ": field ", label(hf, ref),
                   " must be an integer, got ", v->dump());
+    DSINFER_CHECK(!v->is_number_unsigned() || v->get<uint64_t>() <= uint64_t{INT64_MAX}, "config ", source_,
+                  ": field ", label(hf, ref), " is out of range: ", v->dump());
     return v->get<int64_t>();
   }
 
@@ -78,10 +119,14 @@ class FieldReader {
     DSINFER_CHECK(v != nullptr, "config ", source_, ": missing required field ", label(hf, ref));
     DSINFER_CHECK(v->is_array(), "config ", source_, ": field ", label(hf, ref), " must be a list of integers, got ",
                   v->dump());
+    DSINFER_CHECK(v->size() <= kMaxListEntries, "config ", source_, ": field ", label(hf, ref), " has ", v->size(),
+                  " entries, more than the ", kMaxListEntries, " any V4 config can need");
     std::vector<int64_t> out;
     for (size_t i = 0; i < v->size(); ++i) {
-      DSINFER_CHECK((*v)[i].is_number_integer(), "config ", source_, ": field ", label(hf, ref), "[", i,
-                    "] must be an integer, got ", (*v)[i].dump());
+      DSINFER_CHECK((*v)[i].is_number_integer() &&
+                        (!(*v)[i].is_number_unsigned() || (*v)[i].get<uint64_t>() <= uint64_t{INT64_MAX}),
+                    "config ", source_, ": field ", label(hf, ref), "[", i, "] must be an integer, got ",
+                    (*v)[i].dump());
       out.push_back((*v)[i].get<int64_t>());
     }
     return out;
@@ -170,11 +215,14 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     c.rope_scaling = y;
   }
   // The reference's runtime max_seq_len is not a model property; fall back to the YaRN original length.
-  c.max_position_embeddings = r.integer(
-      "max_position_embeddings", "",
-      reference_style && c.rope_scaling ? std::optional<int64_t>(c.rope_scaling->original_max_position_embeddings *
-                                                                 static_cast<int64_t>(c.rope_scaling->factor))
-                                        : std::nullopt);
+  std::optional<int64_t> derived_max_positions;
+  if (reference_style && c.rope_scaling) {
+    // In double and clamped: a hostile factor must not overflow the conversion (validate() then refuses it).
+    const double n = static_cast<double>(c.rope_scaling->original_max_position_embeddings) *
+                     std::floor(c.rope_scaling->factor);
+    derived_max_positions = n >= 0 && n < 9e18 ? static_cast<int64_t>(n) : INT64_MAX;
+  }
+  c.max_position_embeddings = r.integer("max_position_embeddings", "", derived_max_positions);
 
   c.index_n_heads = r.integer("index_n_heads");
   c.index_head_dim = r.integer("index_head_dim");
@@ -272,6 +320,52 @@ void ModelConfig::validate(const std::string& source) const {
                      architecture == "DeepseekV41ForCausalLM" ? " (V4.1 is a different architecture, not supported)" : ""));
   need(model_type == "deepseek_v4", "model_type", core::str_cat("must be 'deepseek_v4', got '", model_type, "'"));
 
+  // Upper bounds first: later checks multiply fields.
+  auto at_most = [&](int64_t v, const Limit& limit) {
+    need(v <= limit.max, limit.field,
+         core::str_cat("(", v, ") exceeds the limit of this engine, ", limit.max, " (V4-Flash has ", limit.v4_flash,
+                       ")"));
+  };
+  at_most(vocab_size, kVocabSize);
+  at_most(hidden_size, kHiddenSize);
+  at_most(num_hidden_layers, kLayers);
+  need(n_mtp_layers <= kMtpLayers.max, "n_mtp_layers",
+       core::str_cat("(", n_mtp_layers, ", or len(compress_ratios) - num_hidden_layers when not given) exceeds the ",
+                     "limit of this engine, ", kMtpLayers.max, " (V4-Flash has 1, V4-Flash-0731 3)"));
+  at_most(num_attention_heads, kHeads);
+  at_most(head_dim, kHeadDim);
+  at_most(q_lora_rank, kQLoraRank);
+  at_most(o_lora_rank, kOLoraRank);
+  at_most(sliding_window, kSlidingWindow);
+  at_most(max_position_embeddings, kMaxPositions);
+  at_most(index_n_heads, kIndexHeads);
+  at_most(index_head_dim, kIndexHeadDim);
+  at_most(index_topk, kIndexTopk);
+  at_most(moe_intermediate_size, kMoeInter);
+  at_most(n_routed_experts, kRoutedExperts);
+  at_most(n_shared_experts, kSharedExperts);
+  at_most(hc_mult, kHcMult);
+  at_most(hc_sinkhorn_iters, kSinkhornIters);
+  // Every (layer, expert) pair has its own tensors: the inventory and the loader's tables scale with it.
+  need(n_routed_experts <= 0 || num_hidden_layers <= 0 || n_mtp_layers < 0 ||
+           n_routed_experts * (num_hidden_layers + n_mtp_layers) <= kMaxExpertInstances,
+       "n_routed_experts",
+       core::str_cat("(", n_routed_experts, ") times the ", num_hidden_layers + n_mtp_layers,
+                     " layers incl. MTP stages exceeds the limit of this engine, ", kMaxExpertInstances,
+                     " expert instances (V4-Flash has 256 x 44 = 11264)"));
+  if (rope_scaling) {
+    need(rope_scaling->original_max_position_embeddings <= kMaxPositions.max,
+         "rope_scaling.original_max_position_embeddings",
+         core::str_cat("(", rope_scaling->original_max_position_embeddings, ") exceeds the limit of this engine, ",
+                       kMaxPositions.max, " (V4-Flash has 65536)"));
+    need(std::isfinite(rope_scaling->factor) && rope_scaling->factor <= 1024, "rope_scaling.factor",
+         core::str_cat("(", rope_scaling->factor, ") must be at most 1024 (V4-Flash has 16)"));
+  }
+  if (dspark) {
+    at_most(dspark->block_size, kDsparkBlock);
+    at_most(dspark->markov_rank, kMarkovRank);
+  }
+
   positive(vocab_size, "vocab_size");
   positive(hidden_size, "hidden_size");
   positive(num_hidden_layers, "num_hidden_layers");
@@ -311,6 +405,11 @@ void ModelConfig::validate(const std::string& source) const {
   need(index_head_dim >= qk_rope_head_dim, "index_head_dim",
        core::str_cat("(", index_head_dim, ") must hold the qk_rope_head_dim (", qk_rope_head_dim, ") rotary dims"));
   positive(index_topk, "index_topk");
+  // A CSA layer has max_position_embeddings / 4 entries at most: a larger top-k can never be filled.
+  need(index_topk <= std::max<int64_t>(1, max_position_embeddings / 4), "index_topk",
+       core::str_cat("(", index_topk, ") exceeds the ", max_position_embeddings / 4,
+                     " compressed entries a CSA layer holds at max_position_embeddings (", max_position_embeddings,
+                     ") / 4"));
 
   positive(moe_intermediate_size, "moe_intermediate_size");
   positive(n_routed_experts, "n_routed_experts");
@@ -349,10 +448,18 @@ void ModelConfig::validate(const std::string& source) const {
   need(n_mtp_layers >= std::min<int64_t>(num_nextn_predict_layers, 1), "compress_ratios",
        core::str_cat("has no entry for the MTP layer (num_nextn_predict_layers = ", num_nextn_predict_layers,
                      "): it needs num_hidden_layers + 1 entries, the last one 0"));
-  int64_t max_ratio = 0;
+  int64_t max_ratio = 0, block_tokens = 128;
   for (int64_t L = 0; L < n_ratios; ++L) {
     const int64_t r = compress_ratios[static_cast<size_t>(L)];
     need(r >= 0, core::str_cat("compress_ratios[", L, "]"), core::str_cat("must be >= 0, got ", r));
+    need(r <= kCompressRatio.max, core::str_cat("compress_ratios[", L, "]"),
+         core::str_cat("(", r, ") exceeds the limit of this engine, ", kCompressRatio.max, " (V4-Flash: 4 and 128)"));
+    if (r > 0) {
+      block_tokens = std::lcm(block_tokens, r);  // both <= 4096: no overflow
+      need(block_tokens <= kBlockTokens.max, core::str_cat("compress_ratios[", L, "]"),
+           core::str_cat("(", r, ") makes the compressed block (the least common multiple of 128 and the ratios) ",
+                         block_tokens, " positions, more than the limit ", kBlockTokens.max, " (V4-Flash: 128)"));
+    }
     need(L < num_hidden_layers || r == 0, core::str_cat("compress_ratios[", L, "]"),
          core::str_cat("belongs to MTP stage ", L - num_hidden_layers, " and must be 0 (SWA only), got ", r));
     max_ratio = std::max(max_ratio, r);
@@ -381,6 +488,9 @@ void ModelConfig::validate(const std::string& source) const {
     need(dspark->noise_token_id >= 0 && dspark->noise_token_id < vocab_size, "dspark_noise_token_id",
          core::str_cat("(", dspark->noise_token_id, ") must be below vocab_size (", vocab_size, ")"));
     need(!dspark->target_layer_ids.empty(), "dspark_target_layer_ids", "must not be empty");
+    need(static_cast<int64_t>(dspark->target_layer_ids.size()) <= num_hidden_layers, "dspark_target_layer_ids",
+         core::str_cat("has ", dspark->target_layer_ids.size(), " entries, more than the ", num_hidden_layers,
+                       " backbone layers"));
     for (int64_t id : dspark->target_layer_ids) {
       need(id >= 0 && id < num_hidden_layers, "dspark_target_layer_ids",
            core::str_cat("entry ", id, " is not a backbone layer in [0, ", num_hidden_layers, ")"));
@@ -406,9 +516,12 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& sourc
 ModelConfig ModelConfig::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   DSINFER_CHECK(in.good(), "config ", path, ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), path);
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  DSINFER_CHECK(text.size() <= kMaxConfigBytes, "config ", path, ": larger than ", kMaxConfigBytes,
+                " bytes, not a model config (V4-Flash's is ~3 KB)");
+  return parse(text, path);
 }
 
 std::string ModelConfig::summary() const {

@@ -40,6 +40,11 @@ uint64_t read_le64(const uint8_t* p) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// a * b into *out; true when the product wraps or exceeds limit.
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t limit, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out) || *out > limit;
+}
+
 }  // namespace
 
 std::string_view dtype_name(DType dtype) {
@@ -75,7 +80,109 @@ int64_t shape_numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// ---- reader --------------------------------------------------------------------------------------
+// ---- reader ----------------------------------------------------------------------------------
+
+SafetensorsLayout parse_safetensors(std::span<const uint8_t> bytes, const std::string& f) {
+  const uint64_t file_size = bytes.size();
+  DSINFER_CHECK(file_size >= 8, "safetensors ", f, ": file is ", file_size,
+                " bytes, shorter than the 8-byte header length (truncated or not a safetensors file)");
+  SafetensorsLayout out;
+  const uint64_t header_len = read_le64(bytes.data());
+  DSINFER_CHECK(header_len <= file_size - 8, "safetensors ", f, ": header length ", header_len,
+                " goes beyond the end of the file (", file_size, " bytes; truncated or not a safetensors file)");
+  DSINFER_CHECK(header_len <= kMaxHeaderBytes, "safetensors ", f, ": header length ", header_len,
+                " exceeds the 100 MB limit of the format");
+  DSINFER_CHECK(header_len >= 2, "safetensors ", f, ": header length ", header_len, " is too short for JSON");
+  out.data_start = 8 + header_len;
+  const uint64_t data_size = file_size - out.data_start;
+
+  const char* hb = reinterpret_cast<const char*>(bytes.data() + 8);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(hb, hb + header_len);
+  } catch (const nlohmann::json::exception& e) {
+    core::fail("safetensors ", f, ": corrupt JSON header: ", e.what());
+  }
+  DSINFER_CHECK(header.is_object(), "safetensors ", f, ": JSON header is not an object");
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& v = it.value();
+    if (name == "__metadata__") {
+      DSINFER_CHECK(v.is_object(), "safetensors ", f, ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        DSINFER_CHECK(m.value().is_string(), "safetensors ", f, ": __metadata__ value of '", m.key(),
+                      "' is not a string");
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = core::str_cat("safetensors ", f, ": tensor '", name, "'");
+    DSINFER_CHECK(v.is_object(), where, ": entry is not an object");
+    DSINFER_CHECK(v.contains("dtype") && v["dtype"].is_string(), where, ": missing or non-string \"dtype\"");
+    DSINFER_CHECK(v.contains("shape") && v["shape"].is_array(), where, ": missing or non-array \"shape\"");
+    DSINFER_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2,
+                  where, ": \"data_offsets\" must be an array [begin, end]");
+    TensorView t;
+    t.name = name;
+    const std::string dname = v["dtype"].get<std::string>();
+    const auto dtype = dtype_from_name(dname);
+    DSINFER_CHECK(dtype.has_value(), where, ": unknown dtype \"", dname, "\"");
+    t.dtype = *dtype;
+    // The element count and byte size are bounded by the data buffer, so neither can wrap. The product is
+    // also bounded over the non-zero dims: shape_numel() and every later product of a prefix of the dims
+    // (in int64) then cannot overflow either, even when a 0 makes the tensor empty.
+    uint64_t numel = 1, nonzero_numel = 1;
+    for (const auto& d : v["shape"]) {
+      DSINFER_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), where,
+                    ": shape entries must be non-negative integers, got ", d.dump());
+      const uint64_t dim = d.get<uint64_t>();
+      DSINFER_CHECK(!mul_overflows(nonzero_numel, std::max<uint64_t>(dim, 1), data_size, &nonzero_numel), where,
+                    ": shape ", v["shape"].dump(), " has more elements than the ", data_size,
+                    " data bytes of the file can hold");
+      numel *= dim;  // <= nonzero_numel
+      t.shape.push_back(static_cast<int64_t>(dim));
+    }
+    for (const auto& o : v["data_offsets"]) {
+      DSINFER_CHECK(o.is_number_unsigned() || (o.is_number_integer() && o.get<int64_t>() >= 0), where,
+                    ": data_offsets must be non-negative integers, got ", v["data_offsets"].dump());
+    }
+    const uint64_t begin = v["data_offsets"][0].get<uint64_t>();
+    const uint64_t end = v["data_offsets"][1].get<uint64_t>();
+    DSINFER_CHECK(begin <= end, where, ": data_offsets [", begin, ", ", end, "] are reversed");
+    DSINFER_CHECK(end <= data_size, where, ": data_offsets [", begin, ", ", end, "] go beyond the ", data_size,
+                  " data bytes of the file (truncated file?)");
+    uint64_t expected = 0;
+    DSINFER_CHECK(!mul_overflows(numel, dtype_size(t.dtype), data_size, &expected), where, ": shape ",
+                  shape_string(t.shape), " x ", dtype_size(t.dtype), " bytes of ", dname, " exceeds the ", data_size,
+                  " data bytes of the file");
+    DSINFER_CHECK(end - begin == expected, where, ": byte size ", end - begin, " != ", expected, " = shape ",
+                  shape_string(t.shape), " x ", dtype_size(t.dtype), " bytes of ", dname);
+    t.nbytes = end - begin;
+    t.file_offset = out.data_start + begin;
+    out.tensors.push_back(std::move(t));
+  }
+
+  std::sort(out.tensors.begin(), out.tensors.end(), [](const TensorView& a, const TensorView& b) {
+    return a.file_offset != b.file_offset ? a.file_offset < b.file_offset : a.nbytes < b.nbytes;
+  });
+  uint64_t cursor = out.data_start;
+  for (size_t i = 0; i < out.tensors.size(); ++i) {
+    const TensorView& t = out.tensors[i];
+    if (t.file_offset < cursor) {
+      core::fail("safetensors ", f, ": tensors '", out.tensors[i - 1].name, "' and '", t.name,
+                 "' overlap (data_offsets ", out.tensors[i - 1].file_offset - out.data_start, "..",
+                 cursor - out.data_start, " and ", t.file_offset - out.data_start, "..",
+                 t.file_offset - out.data_start + t.nbytes, ")");
+    }
+    DSINFER_CHECK(t.file_offset == cursor, "safetensors ", f, ": hole of ", t.file_offset - cursor,
+                  " bytes in the data buffer before tensor '", t.name, "'");
+    cursor = t.file_offset + t.nbytes;
+  }
+  DSINFER_CHECK(cursor == file_size, "safetensors ", f, ": ", file_size - cursor,
+                " bytes after the last tensor are not covered by any tensor");
+  return out;
+}
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   const std::string& f = path_;
@@ -96,96 +203,15 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     DSINFER_CHECK(m != MAP_FAILED, "safetensors ", f, ": mmap failed: ", errno_text());
     map_ = static_cast<const uint8_t*>(m);
 
-    const uint64_t header_len = read_le64(map_);
-    DSINFER_CHECK(header_len <= file_size_ - 8, "safetensors ", f, ": header length ", header_len,
-                  " goes beyond the end of the file (", file_size_, " bytes; truncated or not a safetensors file)");
-    DSINFER_CHECK(header_len <= kMaxHeaderBytes, "safetensors ", f, ": header length ", header_len,
-                  " exceeds the 100 MB limit of the format");
-    DSINFER_CHECK(header_len >= 2, "safetensors ", f, ": header length ", header_len, " is too short for JSON");
-    data_start_ = 8 + header_len;
-    const uint64_t data_size = file_size_ - data_start_;
-
-    const char* hb = reinterpret_cast<const char*>(map_ + 8);
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(hb, hb + header_len);
-    } catch (const nlohmann::json::exception& e) {
-      core::fail("safetensors ", f, ": corrupt JSON header: ", e.what());
-    }
-    DSINFER_CHECK(header.is_object(), "safetensors ", f, ": JSON header is not an object");
-
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      const std::string& name = it.key();
-      const nlohmann::json& v = it.value();
-      if (name == "__metadata__") {
-        DSINFER_CHECK(v.is_object(), "safetensors ", f, ": __metadata__ is not an object");
-        for (auto m = v.begin(); m != v.end(); ++m) {
-          DSINFER_CHECK(m.value().is_string(), "safetensors ", f, ": __metadata__ value of '", m.key(),
-                        "' is not a string");
-          metadata_[m.key()] = m.value().get<std::string>();
-        }
-        continue;
-      }
-      const std::string where = core::str_cat("safetensors ", f, ": tensor '", name, "'");
-      DSINFER_CHECK(v.is_object(), where, ": entry is not an object");
-      DSINFER_CHECK(v.contains("dtype") && v["dtype"].is_string(), where, ": missing or non-string \"dtype\"");
-      DSINFER_CHECK(v.contains("shape") && v["shape"].is_array(), where, ": missing or non-array \"shape\"");
-      DSINFER_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() && v["data_offsets"].size() == 2,
-                    where, ": \"data_offsets\" must be an array [begin, end]");
-      TensorView t;
-      t.name = name;
-      t.file = &path_;
-      const std::string dname = v["dtype"].get<std::string>();
-      const auto dtype = dtype_from_name(dname);
-      DSINFER_CHECK(dtype.has_value(), where, ": unknown dtype \"", dname, "\"");
-      t.dtype = *dtype;
-      uint64_t numel = 1;
-      for (const auto& d : v["shape"]) {
-        DSINFER_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), where,
-                      ": shape entries must be non-negative integers, got ", d.dump());
-        const uint64_t dim = d.get<uint64_t>();
-        DSINFER_CHECK(dim == 0 || numel <= (uint64_t{1} << 62) / dim, where, ": shape ", v["shape"].dump(),
-                      " overflows");
-        numel *= dim;
-        t.shape.push_back(static_cast<int64_t>(dim));
-      }
-      for (const auto& o : v["data_offsets"]) {
-        DSINFER_CHECK(o.is_number_unsigned() || (o.is_number_integer() && o.get<int64_t>() >= 0), where,
-                      ": data_offsets must be non-negative integers, got ", v["data_offsets"].dump());
-      }
-      const uint64_t begin = v["data_offsets"][0].get<uint64_t>();
-      const uint64_t end = v["data_offsets"][1].get<uint64_t>();
-      DSINFER_CHECK(begin <= end, where, ": data_offsets [", begin, ", ", end, "] are reversed");
-      DSINFER_CHECK(end <= data_size, where, ": data_offsets [", begin, ", ", end, "] go beyond the ", data_size,
-                    " data bytes of the file (truncated file?)");
-      const uint64_t expected = numel * dtype_size(t.dtype);
-      DSINFER_CHECK(end - begin == expected, where, ": byte size ", end - begin, " != ", expected, " = shape ",
-                    shape_string(t.shape), " x ", dtype_size(t.dtype), " bytes of ", dname);
-      t.nbytes = end - begin;
-      t.file_offset = data_start_ + begin;
-      t.data = map_ + data_start_ + begin;
-      tensors_.push_back(std::move(t));
-    }
-
-    std::sort(tensors_.begin(), tensors_.end(), [](const TensorView& a, const TensorView& b) {
-      return a.file_offset != b.file_offset ? a.file_offset < b.file_offset : a.nbytes < b.nbytes;
-    });
-    uint64_t cursor = data_start_;
+    SafetensorsLayout layout = parse_safetensors(std::span<const uint8_t>(map_, file_size_), f);
+    data_start_ = layout.data_start;
+    metadata_ = std::move(layout.metadata);
+    tensors_ = std::move(layout.tensors);
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      const TensorView& t = tensors_[i];
-      if (t.file_offset < cursor) {
-        core::fail("safetensors ", f, ": tensors '", tensors_[i - 1].name, "' and '", t.name,
-                   "' overlap (data_offsets ", tensors_[i - 1].file_offset - data_start_, "..",
-                   cursor - data_start_, " and ", t.file_offset - data_start_, "..",
-                   t.file_offset - data_start_ + t.nbytes, ")");
-      }
-      DSINFER_CHECK(t.file_offset == cursor, "safetensors ", f, ": hole of ", t.file_offset - cursor,
-                    " bytes in the data buffer before tensor '", t.name, "'");
-      cursor = t.file_offset + t.nbytes;
-      index_.emplace(t.name, i);
+      tensors_[i].file = &path_;
+      tensors_[i].data = map_ + tensors_[i].file_offset;
+      index_.emplace(tensors_[i].name, i);
     }
-    DSINFER_CHECK(cursor == file_size_, "safetensors ", f, ": ", file_size_ - cursor,
-                  " bytes after the last tensor are not covered by any tensor");
   } catch (...) {
     if (map_) ::munmap(const_cast<uint8_t*>(map_), file_size_);
     ::close(fd_);

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,16 @@ struct TensorView {
     return reinterpret_cast<const T*>(data);
   }
 };
+
+// What the header of a safetensors file says, validated against the file's size: tensors in data order,
+// with file_offset and nbytes set (data and file left null). Throws core::Error (invalid input) naming
+// `source` (and the tensor) on any problem; every size and offset is checked without wrap-around.
+struct SafetensorsLayout {
+  uint64_t data_start = 0;
+  std::vector<TensorView> tensors;
+  std::map<std::string, std::string> metadata;
+};
+SafetensorsLayout parse_safetensors(std::span<const uint8_t> file_bytes, const std::string& source);
 
 class SafetensorsFile {
  public:

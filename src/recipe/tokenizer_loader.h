@@ -7,6 +7,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "recipe/prompt.h"
 
 namespace dsinfer::tokenizer {
 class Tokenizer;
@@ -19,7 +22,20 @@ struct TokenizerSources {
   std::optional<std::string> npm_base;  // V3 base to build from when no built file exists
 };
 
-// `name` is "v4" or "v41". Throws core::Error saying where it looked when nothing is found.
+// `name` is "v4" or "v41". Throws core::Error saying where it looked when nothing is found, or naming
+// the template's control tokens the tokenizer lacks (check_template_tokens).
 std::unique_ptr<tokenizer::Tokenizer> load_deepseek_tokenizer(std::string_view name, const TokenizerSources& sources = {});
+
+// The control tokens the prompt template of `version` can emit (prompt.h tokens::; the image placeholder
+// is not among them: prompts with images are refused before encoding).
+std::vector<std::string_view> template_control_tokens(PromptVersion version);
+
+// Throws core::Error (invalid input) naming `source` and every control token of `version`'s template
+// that is not an added token of `tok`. Run when a tokenizer is loaded for a model: a tokenizer.json
+// without them must stop the server at start, not turn every request into a client error.
+void check_template_tokens(const tokenizer::Tokenizer& tok, PromptVersion version, std::string_view source);
+
+// A model's tokenizer.json for prompts of `version`: loaded, then checked as above.
+std::unique_ptr<tokenizer::Tokenizer> load_prompt_tokenizer(const std::string& path, PromptVersion version);
 
 }  // namespace dsinfer::recipe

@@ -1,6 +1,10 @@
 #include "server/api_errors.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
 
 namespace dsinfer::server {
 
@@ -60,6 +64,26 @@ std::string error_body(ErrorFlavor flavor, const ApiError& error) {
               {"param", error.param.empty() ? Json(nullptr) : Json(error.param)},
               {"code", error.code.empty() ? default_code(error.status) : error.code}}}};
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+bool is_internal_exception(const std::exception& e) {
+  const auto* err = dynamic_cast<const core::Error*>(&e);
+  return err == nullptr || err->kind() == core::ErrorKind::kInternal;
+}
+
+ApiError api_error_for_exception(const std::exception& e, const std::string& incident) {
+  if (!is_internal_exception(e)) {
+    const auto& err = static_cast<const core::Error&>(e);
+    return ApiError{400, err.what(), err.kind() == core::ErrorKind::kUnsupported ? "unsupported_value" : "", "", {}};
+  }
+  return ApiError{500, "internal server error (incident " + incident + "; the details are in the server log)", "", "", {}};
+}
+
+std::string new_incident_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(rng()));
+  return std::string("err_") + hex;
 }
 
 std::string reshape_openai_error(ErrorFlavor flavor, int status, const std::string& openai_body) {

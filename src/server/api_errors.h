@@ -36,6 +36,20 @@ class ApiException : public std::runtime_error {
   throw ApiException(ApiError{status, std::move(message), std::move(code), std::move(param), {}});
 }
 
+// What a client is told about an exception caught while serving its request (the catch-all sites of
+// the API server). Only the input's own errors are the client's to fix and are told as they are:
+// core::Error of kind invalid input -> 400 with its message, and of kind unsupported -> 400 too
+// (code "unsupported_value"; not 501, which clients read as "this endpoint does not exist": the request
+// was understood and is refused for what it asks, so it must not be retried unchanged). Everything
+// else (an internal core::Error, std::bad_alloc, a library's exception) is the server's fault: 500 whose
+// message carries only `incident`, an id the caller also writes to the log next to e.what(). The text of
+// such an exception can name files, sizes or code paths and never reaches the client.
+ApiError api_error_for_exception(const std::exception& e, const std::string& incident);
+// True when api_error_for_exception hides e's text (the caller must log it).
+bool is_internal_exception(const std::exception& e);
+// A fresh incident id ("err_" + 16 hex digits) for a 500 and its log line.
+std::string new_incident_id();
+
 // The protocol a path belongs to: /v1/messages... is Anthropic, everything else OpenAI.
 ErrorFlavor flavor_for_path(std::string_view path);
 

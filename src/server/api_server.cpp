@@ -189,10 +189,15 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
             end = StreamEnd::kCancelled;
             why = shutdown_cancel ? "the server is shutting down" : "the request was cancelled";
             break;
-          case engine::FinishReason::kError:
+          case engine::FinishReason::kError: {
+            // The engine's text can quote an exception from deep inside: it goes to the log only.
             end = StreamEnd::kError;
-            why = ev.error.empty() ? "the engine failed" : ev.error;
+            const std::string incident = new_incident_id();
+            DSINFER_LOG_ERROR("server: ", kRouteNames[route], " ", response_id, " ", incident, ": engine error: ",
+                              ev.error.empty() ? "(no message)" : ev.error);
+            why = core::str_cat("the engine failed (incident ", incident, "; the details are in the server log)");
             break;
+          }
           default: break;
         }
         bytes += out->end(end, why);
@@ -200,9 +205,10 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
         return;
       }
     } catch (const std::exception& e) {
-      DSINFER_LOG_ERROR("server: ", kRouteNames[route], " ", response_id, ": ", e.what());
+      const std::string incident = new_incident_id();
+      DSINFER_LOG_ERROR("server: ", kRouteNames[route], " ", response_id, " ", incident, ": ", e.what());
       server->engine_.cancel(id);
-      complete(std::move(bytes), StreamEnd::kError, e.what());
+      complete(std::move(bytes), StreamEnd::kError, api_error_for_exception(e, incident).message);
       return;
     }
     if (stream && !bytes.empty()) ex->write(std::move(bytes));
@@ -614,8 +620,11 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
     return fail(e.http_status(), reshape_openai_error(flavor, e.http_status(), recipe::to_compact_json(e.http_body())),
                 "invalid");
   } catch (const std::exception& e) {
-    // A core::Error from below (tokenizer, renderer) names what was wrong with the input.
-    return fail(400, error_body(flavor, ApiError{400, e.what(), "", "", {}}), "invalid");
+    // Invalid input from below (tokenizer, renderer) is told as it is; anything else only by an incident id.
+    const std::string incident = new_incident_id();
+    const ApiError err = api_error_for_exception(e, incident);
+    if (is_internal_exception(e)) DSINFER_LOG_ERROR("server: ", kRouteNames[route], " ", incident, ": ", e.what());
+    return fail(err.status, error_body(flavor, err), err.status >= 500 ? "internal" : "invalid");
   }
 
   call->prompt_tokens = static_cast<int64_t>(spec.prompt_ids.size());

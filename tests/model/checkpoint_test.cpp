@@ -137,6 +137,32 @@ TEST(Checkpoint, ExtraTensorIsReportedAndCanBeAllowed) {
   EXPECT_NE(ck->find("layers.0.attn.bogus"), nullptr);
 }
 
+// A config that claims more layers or experts than the files hold is named before an inventory of its
+// size is built (a config with 1e8 experts made inspect grow to 4.6 GB).
+TEST(Checkpoint, ConfigCountsBeyondTheFilesAreNamed) {
+  TempDir dir;
+  const std::string m = make_checkpoint(dir);
+  nlohmann::json c = testing::small_config();
+  c["n_routed_experts"] = 4000;
+  testing::write_config(dir, c, "model/config.json");
+  CheckpointOptions inspect;
+  inspect.check_inventory = false;  // as `dsinfer inspect` opens it
+  expect_contains(error_of([&] { Checkpoint::open(m, inspect); }),
+                  {"'n_routed_experts' (4000)", "disagrees with the checkpoint", "4 routed experts",
+                   "ffn.experts.4 .. ffn.experts.3999 are missing"});
+  c = testing::small_config();
+  c["num_hidden_layers"] = 200;
+  c["compress_ratios"] = std::vector<int64_t>(201, 0);
+  c["num_hash_layers"] = 0;
+  testing::write_config(dir, c, "model/config.json");
+  expect_contains(error_of([&] { Checkpoint::open(m, inspect); }), {"'num_hidden_layers' (200)", "4 layers"});
+  c = testing::small_config();
+  c["n_mtp_layers"] = 2;
+  c["compress_ratios"] = {0, 4, 8, 4, 0, 0};
+  testing::write_config(dir, c, "model/config.json");
+  expect_contains(error_of([&] { Checkpoint::open(m, inspect); }), {"'n_mtp_layers' (2)", "1 MTP stages", "mtp.1 is missing"});
+}
+
 TEST(Checkpoint, WrongShape) {
   TempDir dir;
   const std::string m = make_checkpoint(dir);

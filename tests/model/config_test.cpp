@@ -234,6 +234,72 @@ TEST(ModelConfig, EveryConstraintViolationNamesTheField) {
   }
 }
 
+// The reported hostile configs: each is refused while parsing, before anything is sized from it (the
+// tensor inventory, the window rings, the top-k buffers, the mHC loop), with an error naming the field.
+TEST(ModelConfig, HostileSizesAreRefusedNamingTheField) {
+  const int64_t huge = int64_t{1} << 40;
+  const std::vector<Violation> cases = {
+      {"1e8 routed experts (inspect grew to 4.6 GB)", [](json& j) { j["n_routed_experts"] = 100000000; },
+       {"'n_routed_experts'", "100000000", "limit", "V4-Flash has 256"}},
+      {"100,000 compress ratios (48 s, 6 GB)", [](json& j) { j["compress_ratios"] = std::vector<int64_t>(100000, 0); },
+       {"'compress_ratios'", "100000 entries"}},
+      {"sliding_window 2^40 (serve died with bad_alloc)", [&](json& j) { j["sliding_window"] = huge; },
+       {"'sliding_window'", "1099511627776", "limit"}},
+      {"index_topk 2^40 (every request a 500)", [&](json& j) { j["index_topk"] = huge; }, {"'index_topk'", "limit"}},
+      {"index_topk beyond what the context holds", [](json& j) {
+         j["max_position_embeddings"] = 64;
+         j["index_topk"] = 32;
+       }, {"'index_topk'", "16 compressed entries"}},
+      {"hc_sinkhorn_iters 2^40 (first request hung)", [&](json& j) { j["hc_sinkhorn_iters"] = huge; },
+       {"'hc_sinkhorn_iters'", "limit", "V4-Flash has 20"}},
+      {"layers", [](json& j) { j["num_hidden_layers"] = 100000; }, {"'num_hidden_layers'", "limit"}},
+      {"MTP stages", [](json& j) { j["n_mtp_layers"] = 1000; }, {"'n_mtp_layers'", "limit"}},
+      {"MTP stages from the ratios", [](json& j) { j["compress_ratios"] = std::vector<int64_t>(100, 0); },
+       {"'n_mtp_layers'", "len(compress_ratios)"}},
+      {"vocab", [](json& j) { j["vocab_size"] = int64_t{1} << 40; }, {"'vocab_size'", "limit"}},
+      {"hidden", [&](json& j) { j["hidden_size"] = huge; }, {"'hidden_size'", "limit"}},
+      {"heads", [&](json& j) { j["num_attention_heads"] = huge; }, {"'num_attention_heads'", "limit"}},
+      {"head dim", [&](json& j) { j["head_dim"] = huge; }, {"'head_dim'", "limit"}},
+      {"max positions", [](json& j) { j["max_position_embeddings"] = int64_t{1} << 40; }, {"'max_position_embeddings'", "limit"}},
+      {"moe width", [&](json& j) { j["moe_intermediate_size"] = huge; }, {"'moe_intermediate_size'", "limit"}},
+      {"hc_mult", [](json& j) { j["hc_mult"] = 1000; }, {"'hc_mult'", "limit"}},
+      {"experts x layers", [](json& j) {
+         j["n_routed_experts"] = 4096;
+         j["num_hidden_layers"] = 40;
+         j["compress_ratios"] = std::vector<int64_t>(41, 0);
+       }, {"'n_routed_experts'", "expert instances"}},
+      {"huge ratio", [](json& j) { j["compress_ratios"] = {0, 4, int64_t{1} << 40, 4, 0}; }, {"'compress_ratios[2]'", "limit"}},
+      {"ratios whose lcm explodes", [](json& j) {
+         j["sliding_window"] = 4096;
+         j["compress_ratios"] = {0, 3, 5, 7, 0};
+       }, {"'compress_ratios[3]'", "least common multiple", "13440"}},
+      {"integer beyond int64", [](json& j) { j["vocab_size"] = 18446744073709551615ull; }, {"'vocab_size'", "out of range"}},
+      {"ratio beyond int64", [](json& j) { j["compress_ratios"] = {0, 4, 8, 4, 18446744073709551615ull}; },
+       {"'compress_ratios'[4]", "must be an integer"}},
+  };
+  for (const auto& c : cases) {
+    json j = small_config();
+    c.edit(j);
+    const std::string msg = error_of([&] { parse(j); });
+    EXPECT_NE(msg.find("test.json"), std::string::npos) << c.what << ": no source in: " << msg;
+    for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << c.what << ": '" << e << "' not in: " << msg;
+  }
+  // A file far larger than any config is not read whole.
+  testing::TempDir dir;
+  const std::string big = dir.file("config.json");
+  testing::write_bytes(big, "{\"pad\": \"" + std::string(2 << 20, 'x') + "\"}");
+  EXPECT_NE(error_of([&] { ModelConfig::load(big); }).find("larger than"), std::string::npos);
+  // A reference-style config whose YaRN factor would overflow the derived context length.
+  json ref = small_config();
+  ref.erase("max_position_embeddings");
+  ref.erase("rope_scaling");
+  ref.erase("hidden_size");
+  ref["dim"] = 128;
+  ref["rope_factor"] = 1e300;
+  ref["original_seq_len"] = 65536;
+  EXPECT_NE(error_of([&] { parse(ref); }).find("'max_position_embeddings'"), std::string::npos);
+}
+
 TEST(ModelConfig, InvalidJsonAndMissingFile) {
   EXPECT_NE(error_of([] { ModelConfig::parse("{\"vocab_size\": 1,", "bad.json"); }).find("bad.json: invalid JSON"),
             std::string::npos);

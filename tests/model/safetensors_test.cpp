@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -152,6 +153,56 @@ TEST(Safetensors, BadFilesGiveClearErrors) {
     EXPECT_NE(msg.find(path), std::string::npos) << c.test << ": message does not name the file: " << msg;
     for (const auto& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << c.test << ": '" << e << "' not in: " << msg;
   }
+}
+
+// Sizes a hostile header could make wrap around: every product and offset is checked, so each of these is
+// refused with a message naming the tensor instead of being accepted with a wrong (wrapped) size.
+TEST(Safetensors, HostileSizesDoNotWrap) {
+  const std::vector<BadFile> cases = {
+      // 2^31 x 2^31 F32 = 2^64 bytes, which wraps to 0 and so matched the empty data_offsets.
+      {"shape product x dtype size wraps to 0",
+       raw_file(R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", ""),
+       {"tensor 'w'", "more elements than the 0 data bytes"}},
+      {"elements fit, bytes do not", raw_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,4]}})", std::string(4, '\0')),
+       {"tensor 'w'", "x 4 bytes of F32 exceeds the 4 data bytes"}},
+      {"shape product wraps", raw_file(R"({"w":{"dtype":"U8","shape":[4294967296,4294967296,16],"data_offsets":[0,0]}})", ""),
+       {"tensor 'w'", "more elements than the 0 data bytes"}},
+      {"dim beyond int64", raw_file(R"({"w":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,1]}})",
+                                    std::string(1, '\0')),
+       {"tensor 'w'", "more elements"}},
+      {"empty tensor with an absurd dim", raw_file(R"({"w":{"dtype":"U8","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", ""),
+       {"tensor 'w'", "more elements"}},
+      {"huge end offset", raw_file(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[18446744073709551615,18446744073709551615]}})",
+                                   std::string(1, '\0')),
+       {"tensor 'w'", "beyond the 1 data bytes"}},
+      {"offsets as floats", raw_file(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0.0,1.5]}})", std::string(1, '\0')),
+       {"tensor 'w'", "non-negative integers"}},
+      {"header length near 2^63", raw_file("{}", "", std::numeric_limits<int64_t>::max()),
+       {"header length 9223372036854775807", "beyond the end"}},
+  };
+  TempDir dir;
+  for (const auto& c : cases) {
+    const std::string path = dir.file("hostile.safetensors");
+    testing::write_bytes(path, c.bytes);
+    try {
+      SafetensorsFile f(path);
+      ADD_FAILURE() << c.test << ": accepted";
+    } catch (const core::Error& e) {
+      EXPECT_EQ(e.kind(), core::ErrorKind::kInvalidInput) << c.test;
+      const std::string msg = e.what();
+      for (const auto& x : c.expect) EXPECT_NE(msg.find(x), std::string::npos) << c.test << ": '" << x << "' not in: " << msg;
+    }
+  }
+}
+
+// The header parser works on bytes in memory too (what the fuzz target feeds it).
+TEST(Safetensors, ParsesBytesInMemory) {
+  const std::string bytes = raw_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\1'));
+  const auto layout = parse_safetensors({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, "mem");
+  ASSERT_EQ(layout.tensors.size(), 1u);
+  EXPECT_EQ(layout.tensors[0].nbytes, 8u);
+  EXPECT_EQ(layout.tensors[0].file_offset, bytes.size() - 8);
+  EXPECT_EQ(layout.data_start, bytes.size() - 8);
 }
 
 TEST(Safetensors, TruncatedRealFileNamesTheTensor) {

@@ -3,8 +3,17 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/deepseek_v4/framed_bytes.h"
 
 namespace dsinfer::model::deepseek_v4 {
+namespace {
+
+constexpr uint64_t kBlockMagic = 0x314b4c4234565344ull;  // "DSV4BLK1"
+constexpr uint32_t kBlockVersion = 1;
+// describe() is a few hundred bytes for V4 (one ratio per layer); anything near this is not a layout.
+constexpr size_t kMaxDescriptionBytes = 1 << 16;
+
+}  // namespace
 
 BlockLayout::BlockLayout(int64_t block_tokens, const std::vector<int64_t>& ratios, KvCodec kv, IndexKeyCodec key)
     : block_tokens_(block_tokens), layer_part_(ratios.size(), -1), kv_(kv), key_(key) {
@@ -43,12 +52,31 @@ CompressedBlock::CompressedBlock(const CompressedBlock& other)
   std::memcpy(data_.get(), other.data_.get(), layout_->bytes());
 }
 
+std::vector<uint8_t> CompressedBlock::serialize() const {
+  FrameWriter w(kBlockMagic, kBlockVersion);
+  w.pod<int64_t>(index_);
+  w.str(layout_->describe());
+  w.pod<uint64_t>(layout_->bytes());
+  w.raw(data_.get(), layout_->bytes());
+  return w.finish();
+}
+
 std::shared_ptr<const CompressedBlock> CompressedBlock::from_bytes(std::shared_ptr<const BlockLayout> layout,
                                                                    int64_t index, std::span<const uint8_t> bytes) {
-  DSINFER_CHECK(bytes.size() == layout->bytes(), "compressed block ", index, ": ", bytes.size(),
-                " bytes given, the layout needs ", layout->bytes());
+  FrameReader r(bytes, kBlockMagic, kBlockVersion, "compressed block");
+  const auto stored_index = r.pod<int64_t>();
+  DSINFER_CHECK(stored_index == index, "compressed block: the bytes hold block ", stored_index, ", block ", index,
+                " was asked for");
+  const std::string described = r.str(kMaxDescriptionBytes);
+  DSINFER_CHECK(described == layout->describe(), "compressed block ", index, ": made for another layout (",
+                described, "), this model's is (", layout->describe(), ")");
+  const auto n = r.pod<uint64_t>();
+  DSINFER_CHECK(n == layout->bytes(), "compressed block ", index, ": ", n, " entry bytes, the layout needs ",
+                layout->bytes());
+  const uint8_t* entries = r.take(layout->bytes());
+  r.expect_done();
   auto block = std::make_shared<CompressedBlock>(std::move(layout), index);
-  std::memcpy(block->data_.get(), bytes.data(), bytes.size());
+  std::memcpy(block->data_.get(), entries, block->layout().bytes());
   return block;
 }
 

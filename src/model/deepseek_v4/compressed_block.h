@@ -54,13 +54,19 @@ class CompressedBlock {
   CompressedBlock(const CompressedBlock& other);
   CompressedBlock& operator=(const CompressedBlock&) = delete;
 
-  // Rebuilds a block from bytes() of a block with the same layout (e.g. read back from a KV store).
+  // The stored form (e.g. for a KV store): a checksummed frame (framed_bytes.h) holding the block index,
+  // the layout's describe() string and the entries.
+  std::vector<uint8_t> serialize() const;
+  // Rebuilds block `index` from serialize() bytes of a block with the same layout. Checks the frame
+  // (magic, version, checksum), the index, the layout and the size before copying anything; a mismatch
+  // or corrupt bytes are a core::Error (invalid input).
   static std::shared_ptr<const CompressedBlock> from_bytes(std::shared_ptr<const BlockLayout> layout, int64_t index,
                                                            std::span<const uint8_t> bytes);
 
   int64_t index() const { return index_; }  // covers positions [index·block_tokens, (index+1)·block_tokens)
   const BlockLayout& layout() const { return *layout_; }
   const std::shared_ptr<const BlockLayout>& layout_ptr() const { return layout_; }
+  // The entries in memory (layout().bytes() of them); serialize() is the form to store.
   std::span<const uint8_t> bytes() const { return {data_.get(), layout_->bytes()}; }
   std::span<uint8_t> mutable_bytes() { return {data_.get(), layout_->bytes()}; }
 

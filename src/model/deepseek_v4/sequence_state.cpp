@@ -4,62 +4,16 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/deepseek_v4/framed_bytes.h"
 
 namespace dsinfer::model::deepseek_v4 {
 namespace {
 
 constexpr uint64_t kSnapshotMagic = 0x31504e5334565344ull;  // "DSV4SNP1"
+constexpr uint32_t kSnapshotVersion = 1;
+constexpr size_t kMaxDescriptionBytes = 1 << 16;  // see compressed_block.cpp
 
-class Writer {
- public:
-  explicit Writer(std::vector<uint8_t>& out) : out_(out) {}
-  template <typename T>
-  void pod(const T& v) {
-    raw(reinterpret_cast<const uint8_t*>(&v), sizeof(T));
-  }
-  void raw(const uint8_t* p, size_t n) {
-    const size_t at = out_.size();
-    out_.resize(at + n);
-    if (n > 0) std::memcpy(out_.data() + at, p, n);
-  }
-  void str(const std::string& s) {
-    pod<uint64_t>(s.size());
-    raw(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-  }
-
- private:
-  std::vector<uint8_t>& out_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::span<const uint8_t> in) : in_(in) {}
-  template <typename T>
-  T pod() {
-    T v;
-    std::memcpy(&v, take(sizeof(T)), sizeof(T));
-    return v;
-  }
-  const uint8_t* take(size_t n) {
-    DSINFER_CHECK(pos_ + n <= in_.size(), "window snapshot is truncated (needs ", pos_ + n, " bytes, has ", in_.size(),
-                  ")");
-    const uint8_t* p = in_.data() + pos_;
-    pos_ += n;
-    return p;
-  }
-  std::string str() {
-    const auto n = pod<uint64_t>();
-    const uint8_t* p = take(n);
-    return std::string(reinterpret_cast<const char*>(p), n);
-  }
-  bool done() const { return pos_ == in_.size(); }
-
- private:
-  std::span<const uint8_t> in_;
-  size_t pos_ = 0;
-};
-
-void write_rows(Writer& w, const PositionRing& ring, int64_t from, int64_t to) {
+void write_rows(FrameWriter& w, const PositionRing& ring, int64_t from, int64_t to) {
   from = std::max(from, ring.begin());
   w.pod<int64_t>(from);
   w.pod<int64_t>(to);
@@ -67,25 +21,51 @@ void write_rows(Writer& w, const PositionRing& ring, int64_t from, int64_t to) {
   for (int64_t p = from; p < to; ++p) w.raw(ring.row(p), ring.row_bytes());
 }
 
-void read_rows(Reader& r, PositionRing& ring, int64_t expect_end) {
-  const auto from = r.pod<int64_t>();
-  const auto to = r.pod<int64_t>();
+// Rows of one ring in a snapshot, checked against the layout but not yet copied anywhere.
+struct RowsView {
+  PositionRing* ring = nullptr;
+  int64_t from = 0, to = 0;
+  const uint8_t* data = nullptr;
+};
+
+// The rows must end at `end`, start in [lowest, highest] (the range the snapshot writer can produce:
+// no more rows than the layout keeps, and every row attention will read) and have the ring's row size.
+RowsView read_rows(FrameReader& r, PositionRing& ring, int64_t end, int64_t lowest, int64_t highest,
+                   const char* which, int64_t layer) {
+  RowsView v;
+  v.ring = &ring;
+  v.from = r.pod<int64_t>();
+  v.to = r.pod<int64_t>();
   const auto row_bytes = r.pod<uint64_t>();
-  DSINFER_CHECK(row_bytes == ring.row_bytes() && to == expect_end && from <= to && from >= 0,
-                "window snapshot does not match this model's state layout");
-  ring.reset(from);
-  ring.extend(to);
-  for (int64_t p = from; p < to; ++p) std::memcpy(ring.row(p), r.take(row_bytes), row_bytes);
+  DSINFER_CHECK(row_bytes == ring.row_bytes(), "window snapshot: ", which, " rows of layer ", layer, " are ", row_bytes,
+                " bytes, this model's are ", ring.row_bytes(), " (made for another model)");
+  DSINFER_CHECK(v.to == end && v.from >= lowest && v.from <= highest && v.from <= v.to, "window snapshot: ", which,
+                " rows of layer ", layer, " cover [", v.from, ", ", v.to, "), expected to end at ", end,
+                " and to start in [", lowest, ", ", highest, "]");
+  const auto n = static_cast<uint64_t>(v.to - v.from);
+  DSINFER_CHECK(row_bytes == 0 || n <= r.remaining() / row_bytes, "window snapshot: ", n, " ", which,
+                " rows of layer ", layer, " run past the end of the snapshot");
+  v.data = r.take(static_cast<size_t>(n * row_bytes));
+  return v;
+}
+
+void copy_rows(const RowsView& v) {
+  v.ring->reset(v.from);
+  v.ring->extend(v.to);
+  const size_t rb = v.ring->row_bytes();
+  for (int64_t p = v.from; p < v.to; ++p) std::memcpy(v.ring->row(p), v.data + static_cast<size_t>(p - v.from) * rb, rb);
 }
 
 }  // namespace
 
 WindowSnapshot WindowSnapshot::from_bytes(std::span<const uint8_t> bytes) {
-  Reader r(bytes);
-  DSINFER_CHECK(bytes.size() >= 24 && r.pod<uint64_t>() == kSnapshotMagic, "not a DeepSeek-V4 window snapshot");
+  FrameReader r(bytes, kSnapshotMagic, kSnapshotVersion, "window snapshot");
   WindowSnapshot s;
   s.length_ = r.pod<int64_t>();
   s.mtp_length_ = r.pod<int64_t>();
+  DSINFER_CHECK(s.length_ >= 0 && s.mtp_length_ >= 0 && s.mtp_length_ <= s.length_,
+                "window snapshot: lengths ", s.length_, " (main) and ", s.mtp_length_,
+                " (MTP) must satisfy 0 <= MTP <= main");
   s.data_.assign(bytes.begin(), bytes.end());
   return s;
 }
@@ -119,8 +99,8 @@ void SequenceState::reset_rings(int64_t pos) {
 }
 
 void SequenceState::begin_step(int64_t n) {
-  DSINFER_CHECK(!needs_window_, "sequence was attached to cached blocks but has no window state yet: call restore() "
-                                "or begin_bounded_replay() before forward");
+  DSINFER_CHECK_INTERNAL(!needs_window_, "sequence was attached to cached blocks but has no window state yet: call "
+                                         "restore() or begin_bounded_replay() before forward");
   const ModelShape& s = *shape_;
   rollback_floor_ = length_;
   for (int64_t l = 0; l < s.n_layers; ++l) {
@@ -176,8 +156,8 @@ void SequenceState::release_rollback() {
 }
 
 void SequenceState::begin_mtp_step(int64_t n) {
-  DSINFER_CHECK(!needs_window_, "sequence has no window state yet (attached prefix without restore/replay)");
-  DSINFER_CHECK(shape_->has_mtp, "this model has no MTP block");
+  DSINFER_CHECK_INTERNAL(!needs_window_, "sequence has no window state yet (attached prefix without restore/replay)");
+  DSINFER_CHECK_INTERNAL(shape_->has_mtp, "this model has no MTP block");
   // MTP row p used the token at p + 1: rows whose token may still be rolled back (p + 1 >= the main
   // model's rollback floor), and every row since (chained drafts), stay revocable.
   mtp_rollback_floor_ = std::max(mtp_rollback_floor_, std::min(mtp_length_, rollback_floor_ - 1));
@@ -212,7 +192,7 @@ void SequenceState::unfreeze_above(int64_t end) {
 }
 
 void SequenceState::truncate(int64_t new_length) {
-  DSINFER_CHECK(new_length >= rollback_floor_ && new_length <= length_, "truncate(", new_length,
+  DSINFER_CHECK_INTERNAL(new_length >= rollback_floor_ && new_length <= length_, "truncate(", new_length,
                 "): a sequence of length ", length_, " can only be rolled back to [", rollback_floor_, ", ", length_,
                 "] (the length before its last forward call)");
   length_ = new_length;
@@ -229,14 +209,14 @@ void SequenceState::truncate(int64_t new_length) {
 }
 
 void SequenceState::truncate_mtp(int64_t new_length) {
-  DSINFER_CHECK(new_length >= mtp_rollback_floor_ && new_length <= mtp_length_, "truncate_mtp(", new_length,
+  DSINFER_CHECK_INTERNAL(new_length >= mtp_rollback_floor_ && new_length <= mtp_length_, "truncate_mtp(", new_length,
                 "): MTP rows can only be rolled back to [", mtp_rollback_floor_, ", ", mtp_length_, "]");
   mtp_length_ = new_length;
   if (shape_->has_mtp) layers_.back().window.truncate(new_length);
 }
 
 void SequenceState::attach_prefix(std::span<const BlockRef> blocks) {
-  DSINFER_CHECK(length_ == 0 && mtp_length_ == 0 && full_.empty() && pending_.empty(),
+  DSINFER_CHECK_INTERNAL(length_ == 0 && mtp_length_ == 0 && full_.empty() && pending_.empty(),
                 "attach_prefix needs a fresh sequence (this one has length ", length_, ")");
   for (size_t i = 0; i < blocks.size(); ++i) {
     DSINFER_CHECK(blocks[i] != nullptr, "attach_prefix: block ", i, " is null");
@@ -258,7 +238,7 @@ void SequenceState::attach_prefix(std::span<const BlockRef> blocks) {
 }
 
 int64_t SequenceState::begin_bounded_replay() {
-  DSINFER_CHECK(needs_window_, "begin_bounded_replay needs a sequence just attached to cached blocks");
+  DSINFER_CHECK_INTERNAL(needs_window_, "begin_bounded_replay needs a sequence just attached to cached blocks");
   const int64_t h = replay_end_;
   const int64_t s = h - std::min(shape_->window, h);
   length_ = mtp_length_ = s;
@@ -270,13 +250,12 @@ int64_t SequenceState::begin_bounded_replay() {
 }
 
 WindowSnapshot SequenceState::snapshot() const {
-  DSINFER_CHECK(!needs_window_, "snapshot of a sequence without window state");
+  DSINFER_CHECK_INTERNAL(!needs_window_, "snapshot of a sequence without window state");
   const ModelShape& s = *shape_;
   WindowSnapshot snap;
   snap.length_ = length_;
   snap.mtp_length_ = mtp_length_;
-  Writer w(snap.data_);
-  w.pod(kSnapshotMagic);
+  FrameWriter w(kSnapshotMagic, kSnapshotVersion);
   w.pod(length_);
   w.pod(mtp_length_);
   w.str(s.blocks->describe());
@@ -302,25 +281,59 @@ WindowSnapshot SequenceState::snapshot() const {
     const auto bytes = pending_.front()->bytes();
     w.raw(bytes.data(), bytes.size());
   }
+  snap.data_ = w.finish();
   return snap;
 }
 
 void SequenceState::restore(const WindowSnapshot& snap) {
   const ModelShape& s = *shape_;
-  Reader r(snap.bytes());
-  DSINFER_CHECK(r.pod<uint64_t>() == kSnapshotMagic, "restore: not a DeepSeek-V4 window snapshot");
+  // Every field is checked against this model's layout before the state changes: a rejected snapshot
+  // leaves the sequence as it was.
+  FrameReader r(snap.bytes(), kSnapshotMagic, kSnapshotVersion, "window snapshot");
   const auto length = r.pod<int64_t>();
   const auto mtp_length = r.pod<int64_t>();
-  const std::string layout = r.str();
+  const std::string layout = r.str(kMaxDescriptionBytes);
   DSINFER_CHECK(layout == s.blocks->describe(), "restore: snapshot made for another layout (", layout, ")");
   DSINFER_CHECK(r.pod<int64_t>() == static_cast<int64_t>(layers_.size()), "restore: layer count differs");
   const auto window_floor = r.pod<int64_t>();
   const auto mtp_floor = r.pod<int64_t>();
   const auto replay_end = r.pod<int64_t>();
+  DSINFER_CHECK(length >= 0 && mtp_length >= 0 && mtp_length <= length, "restore: lengths ", length, " (main) and ",
+                mtp_length, " (MTP) must satisfy 0 <= MTP <= main");
+  DSINFER_CHECK(window_floor >= 0 && window_floor <= length && mtp_floor >= 0 && mtp_floor <= length &&
+                    replay_end >= 0,
+                "restore: window floors ", window_floor, " / ", mtp_floor, " or replay end ", replay_end,
+                " out of range for length ", length);
   const int64_t ce = std::max(length, replay_end);
   const int64_t nfull = ce / s.block_tokens;
   DSINFER_CHECK(static_cast<int64_t>(full_.size()) >= nfull, "restore: the snapshot at position ", length, " needs ",
                 nfull, " full compressed blocks, the sequence holds ", full_.size());
+  // Window rows: at most W - 1 below the length, and at least every row from the window floor on.
+  auto window_lowest = [&](int64_t len) { return std::max<int64_t>(0, len - s.window + 1); };
+  auto window_highest = [&](int64_t len, int64_t floor) { return std::max(window_lowest(len), floor); };
+  std::vector<RowsView> rows;
+  rows.reserve(3 * layers_.size());
+  for (int64_t l = 0; l < s.n_layers; ++l) {
+    const LayerShape& ls = s.layers[l];
+    LayerState& st = layers_[l];
+    rows.push_back(read_rows(r, st.window, length, window_lowest(length), window_highest(length, window_floor),
+                             "window", l));
+    if (ls.compressed()) {
+      const auto keep = static_cast<int64_t>(tail_keep_from(ls, length));
+      rows.push_back(read_rows(r, st.tail, length, keep, length, "compressor tail", l));
+      if (ls.csa()) rows.push_back(read_rows(r, st.index_tail, length, keep, length, "indexer tail", l));
+    }
+  }
+  if (s.has_mtp) {
+    rows.push_back(read_rows(r, layers_.back().window, mtp_length, window_lowest(mtp_length),
+                             window_highest(mtp_length, mtp_floor), "MTP window", s.n_layers));
+  }
+  const auto partial = r.pod<uint8_t>();
+  DSINFER_CHECK(partial == 0 || (partial == 1 && ce % s.block_tokens != 0), "restore: unfinished-block flag ",
+                int{partial}, " is invalid at compressed end ", ce);
+  const uint8_t* partial_bytes = partial ? r.take(s.blocks->bytes()) : nullptr;
+  r.expect_done();
+
   full_.resize(nfull);
   pending_.clear();
   length_ = length;
@@ -330,23 +343,12 @@ void SequenceState::restore(const WindowSnapshot& snap) {
   replay_end_ = replay_end;
   rollback_floor_ = length;
   mtp_rollback_floor_ = mtp_length;
-  for (int64_t l = 0; l < s.n_layers; ++l) {
-    const LayerShape& ls = s.layers[l];
-    LayerState& st = layers_[l];
-    read_rows(r, st.window, length);
-    if (ls.compressed()) {
-      read_rows(r, st.tail, length);
-      if (ls.csa()) read_rows(r, st.index_tail, length);
-    }
-  }
-  if (s.has_mtp) read_rows(r, layers_.back().window, mtp_length);
-  if (r.pod<uint8_t>() != 0) {
+  for (const RowsView& v : rows) copy_rows(v);
+  if (partial_bytes != nullptr) {
     auto block = std::make_shared<CompressedBlock>(s.blocks, nfull);
-    const auto bytes = r.take(s.blocks->bytes());
-    std::memcpy(block->mutable_bytes().data(), bytes, s.blocks->bytes());
+    std::memcpy(block->mutable_bytes().data(), partial_bytes, s.blocks->bytes());
     pending_.push_back(std::move(block));
   }
-  DSINFER_CHECK(r.done(), "restore: trailing bytes in window snapshot");
   needs_window_ = false;
 }
 
@@ -367,7 +369,7 @@ const CompressedBlock& SequenceState::block_for(int part, int64_t g, int64_t* lo
   *local = g - b * p.entries;
   const int64_t nfull = static_cast<int64_t>(full_.size());
   if (b < nfull) return *full_[b];
-  DSINFER_CHECK(b - nfull < static_cast<int64_t>(pending_.size()), "compressed entry ", g, " of layer ", p.layer,
+  DSINFER_CHECK_INTERNAL(b - nfull < static_cast<int64_t>(pending_.size()), "compressed entry ", g, " of layer ", p.layer,
                 " does not exist");
   return *pending_[b - nfull];
 }
@@ -377,7 +379,7 @@ CompressedBlock& SequenceState::writable_block_for(int part, int64_t g, int64_t*
   const int64_t b = g / p.entries;
   *local = g - b * p.entries;
   const int64_t nfull = static_cast<int64_t>(full_.size());
-  DSINFER_CHECK(b >= nfull, "compressed entry ", g, " of layer ", p.layer, " lies in a full (immutable) block");
+  DSINFER_CHECK_INTERNAL(b >= nfull, "compressed entry ", g, " of layer ", p.layer, " lies in a full (immutable) block");
   while (static_cast<int64_t>(pending_.size()) <= b - nfull)
     pending_.push_back(std::make_shared<CompressedBlock>(shape_->blocks, nfull + static_cast<int64_t>(pending_.size())));
   return *pending_[b - nfull];

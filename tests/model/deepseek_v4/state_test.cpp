@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
+
+#include <xxhash.h>
 
 #include "model/deepseek_v4/kv_codec.h"
 #include "model/deepseek_v4/position_ring.h"
@@ -146,12 +150,173 @@ TEST_F(V4State, AttachRejectsWrongBlocks) {
   // Rebuilt from bytes (e.g. read back from a store), a block is interchangeable.
   auto c = model_->new_sequence();
   std::vector<BlockRef> copies;
-  for (const auto& blk : a->blocks()) copies.push_back(CompressedBlock::from_bytes(model_->block_layout(), blk->index(), blk->bytes()));
+  for (const auto& blk : a->blocks()) copies.push_back(CompressedBlock::from_bytes(model_->block_layout(), blk->index(), blk->serialize()));
+  for (size_t i = 0; i < copies.size(); ++i) EXPECT_TRUE(same_bytes(copies[i], a->blocks()[i]));
   c->attach_prefix(copies);
   c->begin_bounded_replay();
-  EXPECT_THROW(CompressedBlock::from_bytes(model_->block_layout(), 0, std::span<const uint8_t>(a->blocks()[0]->bytes().data(), 10)),
+  EXPECT_THROW(CompressedBlock::from_bytes(model_->block_layout(), 0, std::span<const uint8_t>(a->blocks()[0]->serialize().data(), 10)),
                core::Error);
   EXPECT_THROW(WindowSnapshot::from_bytes(std::vector<uint8_t>(40, 0)), core::Error);
+}
+
+// ---- stored bytes (snapshots and blocks come back from disk or the network) ----
+
+// The error of fn: must be a core::Error of kind invalid input (never a crash, never another exception).
+std::string invalid_input_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const core::Error& e) {
+    EXPECT_EQ(e.kind(), core::ErrorKind::kInvalidInput) << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected core::Error, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+// The frame of framed_bytes.h, rebuilt with a new body and a valid checksum: what a hostile sender
+// (rather than a disk error) would produce, to reach the checks behind the checksum.
+constexpr size_t kFrameHeader = 24;
+std::vector<uint8_t> reframe(std::span<const uint8_t> bytes, const std::function<void(std::vector<uint8_t>&)>& edit,
+                             uint32_t version = 1) {
+  std::vector<uint8_t> body(bytes.begin() + kFrameHeader, bytes.end() - 8);
+  edit(body);
+  const uint64_t n = body.size();
+  std::vector<uint8_t> out(kFrameHeader + n + 8);
+  std::memcpy(out.data(), bytes.data(), 8);  // magic
+  std::memcpy(out.data() + 8, &version, 4);
+  std::memcpy(out.data() + 16, &n, 8);
+  if (n > 0) std::memcpy(out.data() + kFrameHeader, body.data(), n);
+  const uint64_t sum = XXH3_64bits(out.data(), kFrameHeader + n);
+  std::memcpy(out.data() + kFrameHeader + n, &sum, 8);
+  return out;
+}
+
+template <typename T>
+void put(std::vector<uint8_t>& body, size_t at, T v) {
+  ASSERT_LE(at + sizeof(T), body.size());
+  std::memcpy(body.data() + at, &v, sizeof(T));
+}
+
+TEST_F(V4State, CorruptSnapshotBytesAreRejected) {
+  const auto tokens = random_tokens(201, 512, 24);
+  auto a = model_->new_sequence();
+  run_chunks(*model_, *a, tokens, 0, 200, {200});  // unaligned: the snapshot carries the unfinished block
+  const WindowSnapshot snap = a->snapshot();
+  const std::vector<uint8_t> good(snap.bytes().begin(), snap.bytes().end());
+  ASSERT_GT(good.size(), 1000u);
+
+  // Valid bytes round-trip exactly.
+  const WindowSnapshot back = WindowSnapshot::from_bytes(good);
+  EXPECT_TRUE(std::equal(good.begin(), good.end(), back.bytes().begin(), back.bytes().end()));
+  EXPECT_EQ(back.position(), 200);
+  EXPECT_EQ(back.mtp_length(), snap.mtp_length());
+
+  for (size_t n = 0; n < good.size(); ++n) {
+    const std::string msg = invalid_input_error([&] { WindowSnapshot::from_bytes(std::span(good.data(), n)); });
+    if (msg.find("window snapshot") == std::string::npos) ADD_FAILURE() << "truncated to " << n << ": " << msg;
+  }
+  std::vector<uint8_t> longer = good;
+  longer.push_back(0);
+  invalid_input_error([&] { WindowSnapshot::from_bytes(longer); });
+  // One bit flipped: in the magic, the version, the body length, the lengths, the layout, the rows, the
+  // unfinished block, the checksum.
+  for (size_t at : {size_t{0}, size_t{8}, size_t{17}, size_t{24}, size_t{40}, size_t{60}, good.size() / 2,
+                    good.size() - 20, good.size() - 9, good.size() - 1}) {
+    std::vector<uint8_t> bad = good;
+    bad[at] ^= 0x10;
+    const std::string msg = invalid_input_error([&] { WindowSnapshot::from_bytes(bad); });
+    EXPECT_TRUE(msg.find("checksum") != std::string::npos || msg.find("magic") != std::string::npos ||
+                msg.find("version") != std::string::npos || msg.find("body bytes") != std::string::npos)
+        << "bit flipped at " << at << ": " << msg;
+  }
+  EXPECT_NE(invalid_input_error([&] { WindowSnapshot::from_bytes(reframe(good, [](auto&) {}, 2)); })
+                .find("format version 2, this build reads version 1"),
+            std::string::npos);
+
+  // Checksummed but hostile: every field is still checked against the layout, and a rejected snapshot
+  // leaves the sequence untouched.
+  auto target = model_->new_sequence();
+  target->attach_prefix(a->blocks());
+  auto restore_error = [&](const std::function<void(std::vector<uint8_t>&)>& edit) {
+    const std::vector<uint8_t> bytes = reframe(good, edit);
+    const std::string msg = invalid_input_error([&] { target->restore(WindowSnapshot::from_bytes(bytes)); });
+    EXPECT_TRUE(target->needs_window_state());
+    EXPECT_EQ(target->length(), 128);
+    return msg;
+  };
+  const size_t desc = model_->block_layout()->describe().size();
+  const size_t first_rows = 16 + 8 + desc + 8 + 24;  // lengths, layout string, layer count, floors, replay end
+  EXPECT_NE(restore_error([](auto& b) { put<int64_t>(b, 0, int64_t{1} << 60); }).find("full compressed blocks"),
+            std::string::npos);
+  EXPECT_NE(restore_error([](auto& b) { put<int64_t>(b, 8, int64_t{1} << 60); }).find("must satisfy"), std::string::npos);
+  EXPECT_NE(restore_error([](auto& b) { put<uint64_t>(b, 16, ~uint64_t{0}); }).find("string of"), std::string::npos);
+  EXPECT_NE(restore_error([](auto& b) { b[24] ^= 1; }).find("another layout"), std::string::npos);
+  EXPECT_NE(restore_error([&](auto& b) { put<int64_t>(b, 24 + desc, 3); }).find("layer count"), std::string::npos);
+  EXPECT_NE(restore_error([&](auto& b) { put<int64_t>(b, 24 + desc + 8, -1); }).find("window floors"), std::string::npos);
+  EXPECT_NE(restore_error([&](auto& b) { put<int64_t>(b, first_rows, -5); }).find("window rows of layer 0"),
+            std::string::npos);
+  EXPECT_NE(restore_error([&](auto& b) { put<int64_t>(b, first_rows, 0); }).find("window rows of layer 0"),
+            std::string::npos);  // more rows than the window keeps
+  EXPECT_NE(restore_error([&](auto& b) { put<int64_t>(b, first_rows + 8, int64_t{1} << 40); }).find("expected to end at 200"),
+            std::string::npos);
+  EXPECT_NE(restore_error([&](auto& b) { put<uint64_t>(b, first_rows + 16, uint64_t{1} << 62); }).find("bytes, this model's are"),
+            std::string::npos);
+  EXPECT_NE(restore_error([](auto& b) { b.pop_back(); }).find("runs past the end"), std::string::npos);
+  EXPECT_NE(restore_error([](auto& b) { b.push_back(0); }).find("trailing bytes"), std::string::npos);
+
+  // A foreign layout (another model's block geometry).
+  auto foreign_shape = std::make_shared<ModelShape>(model_->shape());
+  std::vector<int64_t> ratios(foreign_shape->layers.size(), 0);
+  ratios[1] = 4;
+  foreign_shape->blocks = std::make_shared<BlockLayout>(128, ratios, foreign_shape->kv, foreign_shape->key);
+  SequenceState foreign(foreign_shape);
+  EXPECT_NE(invalid_input_error([&] { foreign.restore(back); }).find("another layout"), std::string::npos);
+
+  // The untouched target still restores the good bytes and resumes exactly.
+  target->restore(back);
+  EXPECT_EQ(target->length(), 200);
+  EXPECT_EQ(first_difference(run_chunks(*model_, *target, tokens, 200, 201, {1}),
+                             run_chunks(*model_, *a, tokens, 200, 201, {1})),
+            -1);
+}
+
+TEST_F(V4State, CorruptBlockBytesAreRejected) {
+  const auto tokens = random_tokens(130, 512, 25);
+  auto a = model_->new_sequence();
+  run_chunks(*model_, *a, tokens, 0, 130, {130});
+  ASSERT_EQ(a->blocks().size(), 1u);
+  const auto layout = model_->block_layout();
+  const std::vector<uint8_t> good = a->blocks()[0]->serialize();
+  EXPECT_TRUE(same_bytes(CompressedBlock::from_bytes(layout, 0, good), a->blocks()[0]));
+
+  for (size_t n = 0; n < good.size(); ++n) invalid_input_error([&] { CompressedBlock::from_bytes(layout, 0, std::span(good.data(), n)); });
+  for (size_t at : {size_t{0}, size_t{9}, size_t{16}, size_t{24}, size_t{40}, good.size() / 2, good.size() - 9, good.size() - 1}) {
+    std::vector<uint8_t> bad = good;
+    bad[at] ^= 0x01;
+    invalid_input_error([&] { CompressedBlock::from_bytes(layout, 0, bad); });
+  }
+  EXPECT_NE(invalid_input_error([&] { CompressedBlock::from_bytes(layout, 0, reframe(good, [](auto&) {}, 7)); })
+                .find("format version 7"),
+            std::string::npos);
+  EXPECT_NE(invalid_input_error([&] { CompressedBlock::from_bytes(layout, 3, good); }).find("the bytes hold block 0, block 3 was asked for"),
+            std::string::npos);
+  const size_t desc = layout->describe().size();
+  EXPECT_NE(invalid_input_error([&] {
+              CompressedBlock::from_bytes(layout, 0, reframe(good, [&](auto& b) { put<uint64_t>(b, 16 + desc, 5); }));
+            }).find("entry bytes"),
+            std::string::npos);
+  EXPECT_NE(invalid_input_error([&] {
+              CompressedBlock::from_bytes(layout, 0, reframe(good, [](auto& b) { put<uint64_t>(b, 8, uint64_t{1} << 63); }));
+            }).find("string of"),
+            std::string::npos);
+  std::vector<int64_t> ratios(model_->shape().layers.size(), 0);
+  ratios[1] = 4;
+  auto foreign = std::make_shared<BlockLayout>(128, ratios, layout->kv(), layout->key());
+  EXPECT_NE(invalid_input_error([&] { CompressedBlock::from_bytes(foreign, 0, good); }).find("another layout"),
+            std::string::npos);
 }
 
 TEST(V4KvCodec, DecodeGivesExactlyTheQdqValues) {

@@ -1,0 +1,58 @@
+// The flags every model-running command (serve, generate, bench, bench-forward, bench-serve, logits)
+// spells, documents and bounds the same way:
+//   model:  --model DIR, --numerics exact|reference, --no-kv-qdq, --threads N
+//   engine: --kv-budget-mib MIB, --max-batch-tokens N, --max-running N, --max-queue N, --no-prefix-cache,
+//           --speculation, --draft-tokens N
+// (--chunk-size of bench-forward and logits is another thing: how one sequence's prompt is fed to the
+// model, without the engine.) Every size is range-checked when read, so an absurd value is a clear
+// error naming the flag instead of an overflow in `<< 20` or a narrowing cast.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cli/args.h"
+
+namespace dsinfer::cli {
+
+// Bounds of the shared flags (far above any real use; low enough that nothing derived overflows).
+inline constexpr int64_t kMaxThreads = 4096;
+inline constexpr int64_t kMaxKvBudgetMib = int64_t{1} << 24;  // 16 TiB
+inline constexpr int64_t kMaxBatchTokens = int64_t{1} << 20;
+inline constexpr int64_t kMaxRunning = 65536;
+inline constexpr int64_t kMaxQueue = int64_t{1} << 24;
+inline constexpr int64_t kMaxDraftTokens = 64;
+
+struct ModelFlags {
+  std::string dir;                  // empty when --model is optional and not given
+  std::string numerics = "exact";   // "exact" or "reference"
+  bool kv_qdq = true;
+  int threads = 0;                  // 0: $DSINFER_THREADS or every core
+};
+
+void add_model_flags(Args& args, const std::string& model_help = "checkpoint directory (config.json + safetensors)");
+// `required`: --model must be given (serve has a default model instead).
+ModelFlags read_model_flags(const Args& args, bool required = true);
+
+struct EngineFlagDefaults {
+  int64_t kv_budget_mib = 4096;
+  int64_t max_batch_tokens = 2048;
+  int64_t max_running = 64;
+  int64_t max_queue = 4096;
+};
+
+struct EngineFlags {
+  int64_t kv_budget_bytes = 0;
+  int32_t max_batch_tokens = 0;
+  int32_t max_running = 0;
+  int32_t max_queue = 0;
+  bool prefix_cache = true;
+  bool speculation = false;
+  int32_t draft_tokens = 1;
+};
+
+// --kv-budget-mb (serve) and --chunk-size (generate) are accepted as old spellings.
+void add_engine_flags(Args& args, const EngineFlagDefaults& defaults = {});
+EngineFlags read_engine_flags(const Args& args);
+
+}  // namespace dsinfer::cli

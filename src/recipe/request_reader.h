@@ -37,6 +37,16 @@ std::optional<uint32_t> opt_u32(const Json& object, std::string_view key, const 
 std::optional<uint8_t> opt_u8(const Json& object, std::string_view key, const std::string& path);
 std::optional<float> opt_f32(const Json& object, std::string_view key, const std::string& path);
 
+// ordered_json finds a key by linear search, so parsing an object of n keys costs n^2: an 8 MiB body
+// of one object with 700k keys would take minutes. Requests with an object wider than this are refused
+// before the ordered parse; it bounds that parse's cost to kMaxJsonObjectKeys per byte of input.
+inline constexpr size_t kMaxJsonObjectKeys = 1024;
+
+// True when no object in the JSON text has more than `max_keys` keys. One linear pass that builds
+// nothing; text that is not JSON (or nests deeper than kMaxJsonDepth) is left to parse_json to report
+// and counts as within.
+bool json_object_keys_within(std::string_view text, size_t max_keys = kMaxJsonObjectKeys);
+
 // Checks that `value` is one of `variants`; throws "unknown variant `v`, expected one of `a`, `b`".
 std::string expect_variant(const std::string& value, std::initializer_list<const char*> variants,
                            const std::string& path);

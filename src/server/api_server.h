@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct ApiServerOptions {
   recipe::PromptVersion prompt_version = recipe::PromptVersion::kV4;
   recipe::ConversionOptions conversion;
 };
+
+// Why a key cannot serve as the API key ("" when it can): an empty key would leave the server open, and
+// leading or trailing whitespace or control characters can never arrive in a header as sent.
+std::string api_key_problem(std::string_view key);
 
 class ApiServer {
  public:

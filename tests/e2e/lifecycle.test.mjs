@@ -85,6 +85,33 @@ test('SIGTERM lets a short in-flight stream finish, then the server exits 0', as
   await assert.rejects(fetch(`${server.url}/health`), 'no longer listening');
 });
 
+test('while draining, the listener still answers: /health is 503 and new generations are refused', async () => {
+  const server = await startServer(['--shutdown-timeout', '60']);
+  const controller = new AbortController();
+  const r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', signal: controller.signal, headers: { 'content-type': 'application/json' }, body: JSON.stringify(longChat) });
+  assert.equal(r.status, 200);
+  const reading = readSse(r).catch(() => {});
+  await waitFor(async () => (await metrics(server)).get('dsinfer_engine_running_requests') === 1, { what: 'running' });
+  server.proc.kill('SIGTERM');
+  // The stream keeps the drain open; the health check sees it from a new connection.
+  const health = await waitFor(async () => {
+    const h = await fetch(`${server.url}/health`);
+    return h.status === 503 ? h : null;
+  }, { what: '/health 503' });
+  assert.deepEqual(await health.json(), { status: 'draining' });
+  assert.equal(health.headers.get('connection'), 'close');
+  const late = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }) });
+  assert.equal(late.status, 503);
+  controller.abort();
+  await reading;
+  const { code } = await server.exited;
+  assert.equal(code, 0, server.stderr());
+  await assert.rejects(fetch(`${server.url}/health`), 'no longer listening');
+});
+
 test('SIGTERM past the drain time ends long streams with an error event, exit code 0', async () => {
   const server = await startServer(['--shutdown-timeout', '1']);
   const chat = fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(longChat) });

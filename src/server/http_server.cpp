@@ -30,6 +30,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "server/http_request_parser.h"
 
 namespace dsinfer::server {
 
@@ -82,64 +83,6 @@ void append_header(std::string& out, std::string_view name, std::string_view val
   out.append(": ");
   for (char c : value) out.push_back(c == '\r' || c == '\n' ? ' ' : c);
   out.append("\r\n");
-}
-
-bool iequals_prefix(std::string_view s, std::string_view prefix) {
-  if (s.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(s[i])) != prefix[i]) return false;
-  return true;
-}
-
-// A request target in origin form (path and query): an absolute-form target ("http://host/path?q",
-// RFC 9112 §3.2.2, what a client talking to a proxy sends) loses its scheme and authority.
-std::string origin_form(std::string_view target) {
-  size_t skip = 0;
-  if (iequals_prefix(target, "http://")) skip = 7;
-  else if (iequals_prefix(target, "https://")) skip = 8;
-  if (skip == 0) return std::string(target);
-  std::string_view rest = target.substr(skip);
-  rest = rest.substr(std::min(rest.find_first_of("/?#"), rest.size()));
-  if (rest.empty() || rest.front() != '/') return core::str_cat("/", rest);
-  return std::string(rest);
-}
-
-struct FramingError {
-  int status = 0;  // 0: the head is acceptable
-  std::string message;
-};
-
-// RFC 9112 §3.2, §6.1, §6.3: one Host on HTTP/1.1 (at most one on 1.0), and a body framing that no
-// intermediary can read differently: Transfer-Encoding only on 1.1, never with Content-Length, ending
-// in chunked, chunked once. Otherwise a proxy in front and this server could disagree on where a
-// request ends (request smuggling).
-FramingError check_head(const http::request_parser<http::string_body>::value_type& h) {
-  const size_t hosts = h.count(http::field::host);
-  if (hosts > 1) return {400, "more than one Host header"};
-  if (hosts == 0 && h.version() == 11) return {400, "missing Host header (required on HTTP/1.1)"};
-  auto te_fields = h.equal_range(http::field::transfer_encoding);
-  if (te_fields.first == te_fields.second) return {};
-  if (h.version() != 11) return {400, "Transfer-Encoding on an HTTP/1.0 request"};
-  if (h.count(http::field::content_length) > 0) return {400, "both Transfer-Encoding and Content-Length"};
-  std::vector<std::string> codings;
-  for (auto it = te_fields.first; it != te_fields.second; ++it) {
-    std::string_view value(it->value().data(), it->value().size());
-    while (!value.empty()) {
-      size_t comma = std::min(value.find(','), value.size());
-      std::string_view item = value.substr(0, comma);
-      value.remove_prefix(std::min(comma + 1, value.size()));
-      while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-      while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-      if (!item.empty()) codings.push_back(lower(boost::beast::string_view(item.data(), item.size())));
-    }
-  }
-  if (codings.empty() || codings.back() != "chunked")
-    return {400, "Transfer-Encoding must end with chunked"};
-  for (size_t i = 0; i + 1 < codings.size(); ++i) {
-    if (codings[i] == "chunked") return {400, "chunked applied more than once"};
-  }
-  if (codings.size() > 1) return {501, core::str_cat("transfer coding '", codings.front(), "' is not supported")};
-  return {};
 }
 
 }  // namespace
@@ -383,17 +326,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (read_error(ec)) return;
     auto& h = parser_->get();
     version_ = h.version() == 10 ? 10 : 11;
-    if (h.version() != 10 && h.version() != 11) {
-      fail_request(505, "HTTP version not supported");
-      return;
-    }
-    if (auto bad = check_head(h); bad.status != 0) {
+    if (auto bad = check_head(*parser_, shared_->limits.max_body_bytes); bad.status != 0) {
       fail_request(bad.status, bad.message);
-      return;
-    }
-    // body_limit is only checked against Content-Length as the body arrives; fail early instead.
-    if (auto len = parser_->content_length(); len && *len > shared_->limits.max_body_bytes) {
-      fail_request(413, core::str_cat("request body larger than the limit of ", shared_->limits.max_body_bytes, " bytes"));
       return;
     }
     phase_ = Phase::kBody;
@@ -410,47 +344,23 @@ class Session : public std::enable_shared_from_this<Session> {
     read_body();
   }
 
-  // The body is fed to the parser here rather than by http::async_read, which keeps reading until an
-  // element (a chunk-size line, the trailer section) is complete, however long it gets, and counts only
-  // the payload against body_limit. Here what waits unparsed and the chunk framing are bounded too.
+  // The body is fed to the parser here (feed_body) rather than by http::async_read, which keeps
+  // reading until an element (a chunk-size line, the trailer section) is complete, however long it
+  // gets, and counts only the payload against body_limit.
   void read_body() {
     body_wire_bytes_ = 0;
     parse_body();
   }
 
   void parse_body() {
-    while (!parser_->is_done() && buffer_.size() > 0) {
-      error_code ec;
-      const size_t used = parser_->put(buffer_.data(), ec);
-      buffer_.consume(used);
-      body_wire_bytes_ += used;
-      if (ec == http::error::need_more) break;
-      if (read_error(ec)) return;
-      if (used == 0) break;
-    }
-    if (parser_->is_done()) {
+    ParseFailure failure;
+    if (feed_body(*parser_, buffer_, shared_->limits.max_body_bytes, body_wire_bytes_, failure)) {
       on_body();
       return;
     }
-    if (parser_->chunked()) {
-      // Unparsed bytes are one incomplete element: a chunk-size line (with extensions), or, once the
-      // last chunk's line is complete, the trailer section.
-      std::string_view pending(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-      if (pending.substr(0, 2) == "\r\n") pending.remove_prefix(2);
-      const bool trailer = pending.find("\r\n") != std::string_view::npos;
-      if (!trailer && pending.size() > kMaxChunkLineBytes) {
-        fail_request(400, core::str_cat("chunk-size line longer than ", kMaxChunkLineBytes, " bytes"));
-        return;
-      }
-      if (trailer && pending.size() > kMaxTrailerBytes) {
-        fail_request(400, core::str_cat("chunked trailer section longer than ", kMaxTrailerBytes, " bytes"));
-        return;
-      }
-      const size_t payload = parser_->get().body().size();
-      if (body_wire_bytes_ - std::min(payload, body_wire_bytes_) > shared_->limits.max_body_bytes + kMaxTrailerBytes) {
-        fail_request(400, "chunk framing larger than the body limit");
-        return;
-      }
+    if (failure.status != 0) {
+      fail_request(failure.status, failure.message);
+      return;
     }
     reading_ = true;
     socket_.async_read_some(buffer_.prepare(kBodyReadBytes), [self = shared_from_this()](error_code ec, size_t n) {
@@ -626,8 +536,6 @@ class Session : public std::enable_shared_from_this<Session> {
 
   static constexpr size_t kMaxPipelinedBytes = 64u << 10;
   static constexpr size_t kBodyReadBytes = 64u << 10;
-  static constexpr size_t kMaxChunkLineBytes = 4u << 10;  // chunk size and extensions
-  static constexpr size_t kMaxTrailerBytes = 8u << 10;
   static constexpr std::chrono::milliseconds kLingerTime{5000};
   static constexpr size_t kMaxLingerBytes = 64u << 20;
 

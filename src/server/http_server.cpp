@@ -152,7 +152,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!owns(ex) || response_started_) return;
     response_started_ = true;
     chunked_ = version_ == 11;
-    if (!chunked_ && !head_only_) keep_alive_ = false;  // HTTP/1.0: the end of the body is the end of the connection
+    // HTTP/1.0: the end of the body is the end of the connection (a HEAD response has none).
+    if (!chunked_ && !head_only_) keep_alive_ = false;
     std::string out = head(status, content_type, extra);
     if (chunked_) append_header(out, "Transfer-Encoding", "chunked");
     out.append("\r\n");
@@ -576,13 +577,17 @@ Exchange::Exchange(std::shared_ptr<Session> session, HttpRequest request, net::a
 
 // The posted work holds the exchange itself: whoever called may drop the last reference before it runs.
 void Exchange::respond(int status, std::string content_type, std::string body, HeaderList extra) {
-  net::dispatch(strand_, [s = session_, self = shared_from_this(), status, ct = std::move(content_type), b = std::move(body),
-                          e = std::move(extra)]() mutable { s->respond(self.get(), status, std::move(ct), std::move(b), std::move(e)); });
+  net::dispatch(strand_, [s = session_, self = shared_from_this(), status, ct = std::move(content_type),
+                          b = std::move(body), e = std::move(extra)]() mutable {
+    s->respond(self.get(), status, std::move(ct), std::move(b), std::move(e));
+  });
 }
 
 void Exchange::start_stream(int status, std::string content_type, HeaderList extra) {
   net::dispatch(strand_, [s = session_, self = shared_from_this(), status, ct = std::move(content_type),
-                          e = std::move(extra)]() mutable { s->start_stream(self.get(), status, std::move(ct), std::move(e)); });
+                          e = std::move(extra)]() mutable {
+    s->start_stream(self.get(), status, std::move(ct), std::move(e));
+  });
 }
 
 void Exchange::write(std::string data) {
@@ -667,9 +672,7 @@ void HttpServer::fit_connection_cap() {
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
   std::error_code ec;
   size_t open = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
-       it.increment(ec))
-    ++open;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++open;
   size_t& cap = shared_->limits.max_connections;
   const rlim_t needed = static_cast<rlim_t>(open + kSpareDescriptors + cap);
   if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < needed) {
@@ -678,7 +681,8 @@ void HttpServer::fit_connection_cap() {
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
   }
   if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < needed) {
-    const size_t fit = rl.rlim_cur > open + kSpareDescriptors ? static_cast<size_t>(rl.rlim_cur) - open - kSpareDescriptors : 1;
+    const size_t usable = static_cast<size_t>(rl.rlim_cur);
+    const size_t fit = usable > open + kSpareDescriptors ? usable - open - kSpareDescriptors : 1;
     DSINFER_LOG_WARN("server: the open-file limit (", rl.rlim_cur, ", hard ", rl.rlim_max, ") is too low for ", cap,
                      " connections; serving at most ", fit, " (raise it with ulimit -n)");
     cap = fit;

@@ -130,6 +130,26 @@ test('SIGTERM past the drain time ends long streams with an error event, exit co
   assert.equal(code, 0, server.stderr());
 });
 
+test('a signal while the model is being prepared stops the process at once', async () => {
+  const home = `${env('DSINFER_HOME')}-signal-${process.pid}`;
+  const proc = spawn(env('DSINFER_BIN'), ['serve', '--port', '0'], { env: serverEnv({ DSINFER_HOME: home }), stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  let sent = false;
+  proc.stderr.on('data', (d) => { err += d; });
+  proc.stdout.on('data', (d) => {
+    out += d;
+    // Printed before the tiny model is generated and loaded (seconds): the signal arrives meanwhile.
+    if (!sent && /using the embedded tiny model/.test(out)) { sent = true; proc.kill('SIGINT'); }
+  });
+  const { code } = await new Promise((resolve) => proc.on('exit', (c, s) => resolve({ code: c, signal: s })));
+  fs.rmSync(home, { recursive: true, force: true });
+  assert.ok(sent, out);
+  assert.doesNotMatch(out, /\bready\b/, 'it used to load, serve, and only then see the signal');
+  assert.equal(code, 130, err);
+  assert.match(err, /SIGINT before the server was ready/);
+});
+
 test('a bare `dsinfer serve` generates the embedded tiny model once and serves it', async () => {
   const home = `${env('DSINFER_HOME')}-${process.pid}`;
   const run = () => new Promise((resolve, reject) => {

@@ -424,7 +424,8 @@ TEST(HttpServer, ChunkedBodyWithExtensionsAndTrailersIsAccepted) {
 
 TEST(HttpServer, TransferEncodingNotEndingInChunkedIs400) {
   Fixture f;
-  for (std::string te : {"xchunked", "identity", "chunked, identity", "chunked, chunked", "chunked\r\nTransfer-Encoding: chunked"}) {
+  for (std::string te : {"xchunked", "identity", "chunked, identity", "chunked, chunked",
+                         "chunked\r\nTransfer-Encoding: chunked"}) {
     // With a Content-Length the body used to be framed by it, and the chunked bytes that follow taken
     // as the next request.
     expect_refused(f, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: " + te +

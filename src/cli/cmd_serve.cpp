@@ -5,10 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -57,6 +60,74 @@ constexpr int64_t kInt32Max = INT32_MAX;
   return (fs::path(server::ensure_v4_tokenizer_dir()) / "tokenizer.json").string();
 }
 
+// Takes SIGINT/SIGTERM for the whole run: they are blocked in every thread and this one sigwaits.
+// Before serving() a signal ends the process at once: loading holds nothing to drain and may take
+// minutes. Serving, the first signal wakes wait_first(); the second runs the serving() callback (cancel
+// what is in flight) and, if the process is still stopping kForceExitAfter later (an engine step that
+// never returns), ends it.
+class ServeSignals {
+ public:
+  static constexpr std::chrono::seconds kForceExitAfter{20};
+
+  explicit ServeSignals(const sigset_t& set) : set_(set), thread_([this] { run(); }) {}
+  ~ServeSignals() { finish(); }
+
+  void serving(std::function<void()> on_second) {
+    std::lock_guard lock(mu_);
+    on_second_ = std::move(on_second);
+  }
+  int wait_first() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return first_ != 0; });
+    return first_;
+  }
+  // The process has stopped: no more callbacks, no forced exit.
+  void finish() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(mu_);
+      finished_ = true;
+    }
+    cv_.notify_all();
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes a sigwait; stays pending otherwise
+    thread_.join();
+  }
+
+ private:
+  static const char* name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+  void run() {
+    int sig = 0;
+    sigwait(&set_, &sig);
+    {
+      std::lock_guard lock(mu_);
+      if (finished_) return;
+      if (!on_second_) {
+        std::fprintf(stderr, "dsinfer serve: %s before the server was ready; exiting\n", name(sig));
+        std::_Exit(128 + sig);
+      }
+      first_ = sig;
+    }
+    cv_.notify_all();
+    sigwait(&set_, &sig);
+    std::unique_lock lock(mu_);
+    if (finished_) return;
+    on_second_();
+    if (cv_.wait_for(lock, kForceExitAfter, [&] { return finished_; })) return;
+    std::fprintf(stderr, "dsinfer serve: still stopping %lld s after the second signal (an engine step does not "
+                 "return); exiting\n", static_cast<long long>(kForceExitAfter.count()));
+    std::_Exit(1);
+  }
+
+  sigset_t set_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> on_second_;  // set once serving
+  int first_ = 0;
+  bool finished_ = false;
+  std::thread thread_;  // last: starts once the rest exists
+};
+
 int run_serve(int argc, char** argv) {
   Args args("serve",
             "Serve a DeepSeek-V4 checkpoint over HTTP: OpenAI Chat Completions, Responses and Completions,\n"
@@ -99,20 +170,27 @@ int run_serve(int argc, char** argv) {
   const ModelFlags model_flags = read_model_flags(args, /*required=*/false);
   const EngineFlags engine_flags = read_engine_flags(args);
 
-  // Signals are taken by sigwait() below only; every thread started from here inherits the mask.
+  // Signals are taken by signal_watch only; every thread started from here inherits the mask.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ServeSignals signal_watch(signals);
 
   server::ApiServerOptions opt;
   opt.host = args.get("host");
   const int64_t port = args.get_int("port");
   DSINFER_CHECK(port >= 0 && port <= 65535, "dsinfer serve: --port must be in [0, 65535], got ", port);
   opt.port = static_cast<uint16_t>(port);
+  const char* env_key = std::getenv("DSINFER_API_KEY");
   if (auto key = args.get_optional("api-key")) opt.api_key = *key;
-  else if (const char* k = std::getenv("DSINFER_API_KEY"); k && *k) opt.api_key = k;
+  else if (env_key) opt.api_key = env_key;
+  if (args.has("api-key") || env_key) {  // a key that was meant to be set must be one a client can send
+    const std::string problem = server::api_key_problem(opt.api_key);
+    DSINFER_CHECK(problem.empty(), "dsinfer serve: ", args.has("api-key") ? "--api-key" : "$DSINFER_API_KEY", " ",
+                  problem);
+  }
   opt.http.max_body_bytes = static_cast<size_t>(args.get_int("max-body-bytes", 1, int64_t{1} << 36));
   opt.http.max_header_bytes = static_cast<size_t>(args.get_int("max-header-bytes", 1024, int64_t{1} << 24));
   opt.http.max_connections = static_cast<size_t>(args.get_int("max-connections", 1, int64_t{1} << 24));
@@ -205,26 +283,17 @@ int run_serve(int argc, char** argv) {
               "/v1/completions, Anthropic: /v1/messages)%s\n",
               opt.host.find(':') != std::string::npos ? ("[" + opt.host + "]").c_str() : opt.host.c_str(),
               static_cast<unsigned>(api.port()), opt.api_key.empty() ? "" : ", API key required");
+  signal_watch.serving([&api] { api.cancel_in_flight(); });
   std::printf("dsinfer serve: ready\n");
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = signal_watch.wait_first();
   std::printf("dsinfer serve: %s received, finishing in-flight requests (up to %.0f s; again to cancel them)\n",
               sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<double>(drain.count()) / 1000.0);
   std::fflush(stdout);
-  std::atomic<bool> done{false};
-  std::thread second([&] {
-    // A second signal cuts the drain short; shutdown() itself wakes this thread when it is over.
-    int s = 0;
-    sigwait(&signals, &s);
-    if (!done.load()) api.cancel_in_flight();
-  });
-  api.shutdown(drain);
-  done.store(true);
-  pthread_kill(second.native_handle(), SIGTERM);
-  second.join();
+  api.shutdown(drain);  // a second signal cuts the drain short
   eng.reset();
+  signal_watch.finish();
   std::printf("dsinfer serve: stopped\n");
   return 0;
 #endif

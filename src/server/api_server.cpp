@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "recipe/conversion_error.h"
 #include "recipe/json_text.h"
+#include "recipe/request_reader.h"
 #include "server/api_errors.h"
 #include "server/protocol_streams.h"
 #include "tokenizer/tokenizer.h"
@@ -65,6 +66,30 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+// RFC 3986 percent-decoding of one path segment; nullopt when an escape is malformed.
+std::optional<std::string> percent_decode(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out.push_back(s[i]);
+      continue;
+    }
+    if (i + 2 >= s.size()) return std::nullopt;
+    const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out.push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return out;
 }
 
 int64_t resident_bytes() {
@@ -136,6 +161,16 @@ std::optional<bool> optional_bool(const Json& body, const char* key) {
 }
 
 }  // namespace
+
+std::string api_key_problem(std::string_view key) {
+  if (key.empty()) return "is empty: leave it out to serve without authentication";
+  if (key.front() == ' ' || key.front() == '\t' || key.back() == ' ' || key.back() == '\t')
+    return "has leading or trailing whitespace, which HTTP strips from header values: no client could match it";
+  for (char c : key)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      return "contains a control character, which cannot be sent in a header";
+  return "";
+}
 
 // ---------------------------------------------------------------------------------------------------
 // One generation request from submission to its last byte. Lives on the connection's strand.
@@ -358,10 +393,17 @@ void ApiServer::start() {
 
 bool ApiServer::authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
+  // RFC 9110 §11.1: the scheme is case-insensitive, followed by one or more spaces.
   std::string_view auth = req.header("authorization");
-  if (auth.size() > 7 && (auth.substr(0, 7) == "Bearer " || auth.substr(0, 7) == "bearer ") &&
-      constant_time_equal(auth.substr(7), options_.api_key))
-    return true;
+  constexpr std::string_view kScheme = "bearer";
+  if (auth.size() > kScheme.size() && auth[kScheme.size()] == ' ' &&
+      std::equal(kScheme.begin(), kScheme.end(), auth.begin(),
+                 [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+    std::string_view token = auth.substr(kScheme.size());
+    while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (constant_time_equal(token, options_.api_key)) return true;
+  }
   std::string_view key = req.header("x-api-key");
   return !key.empty() && constant_time_equal(key, options_.api_key);
 }
@@ -387,7 +429,7 @@ void ApiServer::reply_error(const std::shared_ptr<Exchange>& ex, int route, int 
 void ApiServer::handle(std::shared_ptr<Exchange> ex) {
   const HttpRequest& req = ex->request();
   const int route = route_of(req.path);
-  const bool get = req.method == "GET";
+  const bool get = req.method == "GET" || req.method == "HEAD";  // the HTTP layer drops HEAD bodies
   const bool post = req.method == "POST";
   switch (route) {
     case kHealth:
@@ -401,7 +443,11 @@ void ApiServer::handle(std::shared_ptr<Exchange> ex) {
       count_response(route, 200);
       return;
     case kOther:
-      return reply_error(ex, route, 404, core::str_cat("no route for ", req.method, " ", req.path), "not_found");
+      // Under /v1/ an unknown path is only told apart from a known one after authentication: no route
+      // enumeration without the key.
+      if (req.path.rfind("/v1/", 0) != 0 && req.path != "/v1")
+        return reply_error(ex, route, 404, core::str_cat("no route for ", req.method, " ", req.path), "not_found");
+      break;
     default: break;
   }
   if (!authorized(req)) {
@@ -409,6 +455,8 @@ void ApiServer::handle(std::shared_ptr<Exchange> ex) {
     return reply_error(ex, route, 401, "invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
                        "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
   }
+  if (route == kOther)
+    return reply_error(ex, route, 404, core::str_cat("no route for ", req.method, " ", req.path), "not_found");
   if (route == kModels) {
     if (!get) return reply_error(ex, route, 405, "use GET", "method_not_allowed", {{"Allow", "GET"}});
     const bool anthropic = req.has_header("anthropic-version");
@@ -420,7 +468,10 @@ void ApiServer::handle(std::shared_ptr<Exchange> ex) {
     };
     std::string_view path = req.path;
     if (path.size() > 11 && path.rfind("/v1/models/", 0) == 0) {
-      std::string name(path.substr(11));
+      // Served names may hold '/' or spaces ("org/model"): clients send them percent-encoded.
+      const std::optional<std::string> decoded = percent_decode(path.substr(11));
+      if (!decoded) return reply_error(ex, route, 400, "malformed percent-encoding in the model id", "invalid_request");
+      const std::string& name = *decoded;
       if (std::find(options_.model_names.begin(), options_.model_names.end(), name) == options_.model_names.end())
         return reply_error(ex, route, 404, core::str_cat("The model '", name, "' does not exist"), "model_not_found");
       return reply_json(ex, route, 200, recipe::to_compact_json(entry(name)));
@@ -469,10 +520,18 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
   engine::RequestSpec spec;
   try {
     Json body;
-    try {
-      body = recipe::parse_json(ex->request().body);
-    } catch (const std::exception& e) {
-      throw_api_error(400, core::str_cat("the request body is not valid JSON: ", e.what()), "invalid_json");
+    {
+      // Parsed, the body is not needed any more: its storage goes now, not when the response ends.
+      const std::string text = ex->take_body();
+      if (!recipe::detail::json_object_keys_within(text))
+        throw_api_error(400, core::str_cat("the request body has an object with more than ",
+                                           recipe::detail::kMaxJsonObjectKeys, " keys"),
+                        "invalid_json");
+      try {
+        body = recipe::parse_json(text);
+      } catch (const std::exception& e) {
+        throw_api_error(400, core::str_cat("the request body is not valid JSON: ", e.what()), "invalid_json");
+      }
     }
     if (!body.is_object()) throw_api_error(400, "the request body must be a JSON object", "invalid_type");
     if (auto m = body.find("model"); m != body.end() && m->is_string()) {

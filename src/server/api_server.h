@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct ApiServerOptions {
   recipe::ConversionOptions conversion;
   bool separate_usage_chunk = true;  // Chat streaming: OpenAI's usage chunk (false: DeepSeek's shape)
 };
+
+// Why a key cannot serve as the API key ("" when it can): an empty key would leave the server open, and
+// leading or trailing whitespace or control characters can never arrive in a header as sent.
+std::string api_key_problem(std::string_view key);
 
 class ApiServer {
  public:

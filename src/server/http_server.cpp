@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <condition_variable>
+#include <filesystem>
+#include <future>
 #include <optional>
+
+#include <sys/resource.h>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
@@ -26,6 +30,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "server/http_request_parser.h"
 
 namespace dsinfer::server {
 
@@ -138,7 +143,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string out = head(status, content_type, extra);
     append_header(out, "Content-Length", std::to_string(body.size()));
     out.append("\r\n");
-    out.append(body);
+    if (!head_only_) out.append(body);  // a HEAD response has the head a GET would get, and no body
     response_done_ = true;
     queue(std::move(out));
   }
@@ -147,7 +152,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!owns(ex) || response_started_) return;
     response_started_ = true;
     chunked_ = version_ == 11;
-    if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the end of the body is the end of the connection
+    // HTTP/1.0: the end of the body is the end of the connection (a HEAD response has none).
+    if (!chunked_ && !head_only_) keep_alive_ = false;
     std::string out = head(status, content_type, extra);
     if (chunked_) append_header(out, "Transfer-Encoding", "chunked");
     out.append("\r\n");
@@ -155,7 +161,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void write_body(Exchange* ex, std::string data) {
-    if (!owns(ex) || !response_started_ || response_done_ || data.empty()) return;
+    if (!owns(ex) || !response_started_ || response_done_ || data.empty() || head_only_) return;
     if (chunked_) {
       char size[24];
       int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
@@ -173,7 +179,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void end_stream(Exchange* ex) {
     if (!owns(ex) || !response_started_ || response_done_) return;
     response_done_ = true;
-    queue(chunked_ ? std::string("0\r\n\r\n") : std::string());
+    queue(chunked_ && !head_only_ ? std::string("0\r\n\r\n") : std::string());
   }
 
   bool is_closed() const { return closed_; }
@@ -215,7 +221,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string path;
     if (parser_) {  // the request line is kept even when a later part of the head failed
       auto t = parser_->get().target();
-      path.assign(t.data(), t.size());
+      path = origin_form(std::string_view(t.data(), t.size()));
       path = path.substr(0, path.find('?'));
     }
     disarm_read_timer();
@@ -321,13 +327,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (read_error(ec)) return;
     auto& h = parser_->get();
     version_ = h.version() == 10 ? 10 : 11;
-    if (h.version() != 10 && h.version() != 11) {
-      fail_request(505, "HTTP version not supported");
-      return;
-    }
-    // body_limit is only checked against Content-Length as the body arrives; fail early instead.
-    if (auto len = parser_->content_length(); len && *len > shared_->limits.max_body_bytes) {
-      fail_request(413, core::str_cat("request body larger than the limit of ", shared_->limits.max_body_bytes, " bytes"));
+    if (auto bad = check_head(*parser_, shared_->limits.max_body_bytes); bad.status != 0) {
+      fail_request(bad.status, bad.message);
       return;
     }
     phase_ = Phase::kBody;
@@ -344,24 +345,45 @@ class Session : public std::enable_shared_from_this<Session> {
     read_body();
   }
 
+  // The body is fed to the parser here (feed_body) rather than by http::async_read, which keeps
+  // reading until an element (a chunk-size line, the trailer section) is complete, however long it
+  // gets, and counts only the payload against body_limit.
   void read_body() {
+    body_wire_bytes_ = 0;
+    parse_body();
+  }
+
+  void parse_body() {
+    ParseFailure failure;
+    if (feed_body(*parser_, buffer_, shared_->limits.max_body_bytes, body_wire_bytes_, failure)) {
+      on_body();
+      return;
+    }
+    if (failure.status != 0) {
+      fail_request(failure.status, failure.message);
+      return;
+    }
     reading_ = true;
-    http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
+    socket_.async_read_some(buffer_.prepare(kBodyReadBytes), [self = shared_from_this()](error_code ec, size_t n) {
       self->reading_ = false;
-      self->on_body(ec);
+      if (self->closed_) return;
+      if (!ec) self->buffer_.commit(n);
+      if (ec == net::error::eof) ec = http::error::end_of_stream;
+      if (self->read_error(ec)) return;
+      self->parse_body();
     });
   }
 
-  void on_body(error_code ec) {
-    if (read_error(ec)) return;
+  void on_body() {
     disarm_read_timer();
     auto msg = parser_->release();
     parser_.reset();
     HttpRequest req;
     req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
+    req.target = origin_form(std::string_view(msg.target().data(), msg.target().size()));
     req.path = req.target.substr(0, req.target.find('?'));
     req.version = version_;
+    head_only_ = req.method == "HEAD";
     for (const auto& f : msg) req.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
     req.body = std::move(msg.body());
     req.remote = remote_;
@@ -514,6 +536,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   static constexpr size_t kMaxPipelinedBytes = 64u << 10;
+  static constexpr size_t kBodyReadBytes = 64u << 10;
   static constexpr std::chrono::milliseconds kLingerTime{5000};
   static constexpr size_t kMaxLingerBytes = 64u << 20;
 
@@ -532,6 +555,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool response_started_ = false;
   bool response_done_ = false;
   bool chunked_ = false;
+  bool head_only_ = false;  // the request is a HEAD: responses carry no body
   bool close_after_write_ = false;
   bool reading_ = false;
   bool writing_ = false;
@@ -544,38 +568,52 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string out_writing_;
   std::string discard_;
   size_t discarded_ = 0;
+  size_t body_wire_bytes_ = 0;  // bytes of the current body parsed, chunk framing included
 };
 
 // ---------------------------------------------------------------------------------------------------
 Exchange::Exchange(std::shared_ptr<Session> session, HttpRequest request, net::any_io_executor strand)
     : session_(std::move(session)), request_(std::move(request)), strand_(std::move(strand)) {}
 
+// The posted work holds the exchange itself: whoever called may drop the last reference before it runs.
 void Exchange::respond(int status, std::string content_type, std::string body, HeaderList extra) {
-  net::dispatch(strand_, [s = session_, self = this, status, ct = std::move(content_type), b = std::move(body),
-                          e = std::move(extra)]() mutable { s->respond(self, status, std::move(ct), std::move(b), std::move(e)); });
+  net::dispatch(strand_, [s = session_, self = shared_from_this(), status, ct = std::move(content_type),
+                          b = std::move(body), e = std::move(extra)]() mutable {
+    s->respond(self.get(), status, std::move(ct), std::move(b), std::move(e));
+  });
 }
 
 void Exchange::start_stream(int status, std::string content_type, HeaderList extra) {
-  net::dispatch(strand_, [s = session_, self = this, status, ct = std::move(content_type),
-                          e = std::move(extra)]() mutable { s->start_stream(self, status, std::move(ct), std::move(e)); });
+  net::dispatch(strand_, [s = session_, self = shared_from_this(), status, ct = std::move(content_type),
+                          e = std::move(extra)]() mutable {
+    s->start_stream(self.get(), status, std::move(ct), std::move(e));
+  });
 }
 
 void Exchange::write(std::string data) {
-  net::dispatch(strand_, [s = session_, self = this, d = std::move(data)]() mutable { s->write_body(self, std::move(d)); });
+  net::dispatch(strand_, [s = session_, self = shared_from_this(), d = std::move(data)]() mutable {
+    s->write_body(self.get(), std::move(d));
+  });
 }
 
 void Exchange::end_stream() {
-  net::dispatch(strand_, [s = session_, self = this] { s->end_stream(self); });
+  net::dispatch(strand_, [s = session_, self = shared_from_this()] { s->end_stream(self.get()); });
 }
 
 void Exchange::on_disconnect(std::function<void()> fn) {
-  net::dispatch(strand_, [s = session_, self = this, fn = std::move(fn)]() mutable {
+  net::dispatch(strand_, [self = shared_from_this(), fn = std::move(fn)]() mutable {
     if (self->disconnect_fired_) {
       fn();
     } else if (!self->released_) {
       self->on_disconnect_ = std::move(fn);
     }
   });
+}
+
+std::string Exchange::take_body() {
+  std::string body = std::move(request_.body);
+  request_.body = std::string();  // a moved-from string's state is unspecified: leave none behind
+  return body;
 }
 
 void Exchange::notify_disconnect() {
@@ -626,9 +664,35 @@ void HttpServer::listen(const std::string& host, uint16_t port) {
   port_ = acceptor_.local_endpoint().port();
 }
 
+// Every connection takes a descriptor. With a process limit below the connection cap, accept() fails
+// (EMFILE) before the cap is reached and the clients over it wait unanswered instead of getting 503.
+// So the soft limit is raised toward the hard one, and where that is not enough the cap is lowered.
+void HttpServer::fit_connection_cap() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  std::error_code ec;
+  size_t open = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++open;
+  size_t& cap = shared_->limits.max_connections;
+  const rlim_t needed = static_cast<rlim_t>(open + kSpareDescriptors + cap);
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < needed) {
+    rlimit raised = rl;
+    raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? needed : std::min(needed, rl.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < needed) {
+    const size_t usable = static_cast<size_t>(rl.rlim_cur);
+    const size_t fit = usable > open + kSpareDescriptors ? usable - open - kSpareDescriptors : 1;
+    DSINFER_LOG_WARN("server: the open-file limit (", rl.rlim_cur, ", hard ", rl.rlim_max, ") is too low for ", cap,
+                     " connections; serving at most ", fit, " (raise it with ulimit -n)");
+    cap = fit;
+  }
+}
+
 void HttpServer::start(int io_threads) {
   DSINFER_CHECK(acceptor_.is_open(), "server: start() before listen()");
   DSINFER_CHECK(threads_.empty(), "server: started twice");
+  fit_connection_cap();
   work_guard_.emplace(ioc_.get_executor());
   net::dispatch(accept_strand_, [this] { do_accept(); });
   for (int i = 0; i < std::max(1, io_threads); ++i) threads_.emplace_back([this] { ioc_.run(); });
@@ -677,13 +741,10 @@ void HttpServer::for_each_session(F&& fn) {
   for (auto& s : live) fn(*s);
 }
 
+// The listener stays open: a load balancer's health check must still get its answer (503 from the
+// handler) while the in-flight requests finish. Every response from now on closes its connection.
 void HttpServer::begin_drain() {
   shared_->draining.store(true);
-  net::dispatch(accept_strand_, [this] {
-    error_code ignored;
-    acceptor_.close(ignored);
-    if (accept_retry_) accept_retry_->cancel();
-  });
   for_each_session([](Session& s) { s.drain(); });
 }
 
@@ -701,6 +762,14 @@ void HttpServer::stop() {
     return;
   }
   begin_drain();
+  std::promise<void> closed;
+  net::dispatch(accept_strand_, [this, &closed] {
+    error_code ignored;
+    acceptor_.close(ignored);
+    if (accept_retry_) accept_retry_->cancel();
+    closed.set_value();
+  });
+  closed.get_future().wait();  // no session is accepted after the ones closed here
   for_each_session([](Session& s) { s.force_close(); });
   // Let the closes run (they notify in-flight exchanges) before the io threads stop.
   for (int i = 0; i < 200 && shared_->stats.open_connections.load() > 0; ++i)

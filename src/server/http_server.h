@@ -3,10 +3,12 @@
 // request as an Exchange and answers it, at once or later, from any thread, with a full response or a
 // chunked stream. While a request is in flight the connection keeps reading, so a client that goes away
 // is noticed at once and the Exchange's disconnect callback fires (the API layer cancels the request).
-// Hardening: limits on header and body size (431/413), a deadline for a request's head and body once
-// it has started (408, against slow clients), an idle keep-alive timeout, a stall timeout on writes
-// (a client that stops reading is dropped), a cap on bytes buffered for a slow reader, and a cap on open
-// connections (503).
+// Hardening: limits on header and body size (431/413), on chunk-size lines, trailers and chunk
+// framing (400), unambiguous framing (Transfer-Encoding ending in chunked, never with Content-Length:
+// 400 and close; other codings 501), exactly one Host on HTTP/1.1, a deadline for a request's head
+// and body once it has started (408, against slow clients), an idle keep-alive timeout, a stall
+// timeout on writes (a client that stops reading is dropped), a cap on bytes buffered for a slow
+// reader, and a cap on open connections (503) that fits the process's open-file limit.
 #pragma once
 
 #include <atomic>
@@ -45,7 +47,7 @@ using HeaderList = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
   std::string method;  // as sent, e.g. "POST"
-  std::string target;  // path and query as sent
+  std::string target;  // path and query (an absolute-form target loses its scheme and authority)
   std::string path;    // target without the query
   unsigned version = 11;  // 10 or 11
   HeaderList headers;  // names in lower case, in the order sent
@@ -63,10 +65,14 @@ struct ServerShared;
 
 // One request and its response. Every method may be called from any thread; after the client has gone
 // (or the response has ended) the sending methods do nothing.
-class Exchange {
+class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
   Exchange(std::shared_ptr<Session> session, HttpRequest request, boost::asio::any_io_executor strand);
   const HttpRequest& request() const { return request_; }
+  // Moves the body out, so that its storage goes with the caller's copy (the request may be parsed
+  // long before its response ends). For the one thread handling the request; request().body is empty
+  // afterwards.
+  std::string take_body();
   // The connection's strand: handlers post work here to run it in order with this exchange's I/O.
   const boost::asio::any_io_executor& executor() const { return strand_; }
 
@@ -113,7 +119,7 @@ class HttpServer {
     std::string content_type;
     std::string body;
   };
-  // Formats the errors the HTTP layer answers by itself (400, 408, 413, 417, 431, 505, 503 at the
+  // Formats the errors the HTTP layer answers by itself (400, 408, 413, 417, 431, 501, 505, 503 at the
   // connection cap) for the protocol the path belongs to; `path` is empty when the head was unreadable.
   using ErrorFormatter = std::function<ErrorBody(int status, std::string_view path, std::string_view message)>;
 
@@ -125,22 +131,30 @@ class HttpServer {
   // Binds and listens; host is a name or address, port 0 picks a free one. Fails with core::Error.
   void listen(const std::string& host, uint16_t port);
   uint16_t port() const { return port_; }
-  // Starts the io threads and accepting; returns at once.
+  // Starts the io threads and accepting; returns at once. First fits the connection cap to the
+  // process's open-file limit: raises the soft limit if it can, else lowers the cap (with a warning).
   void start(int io_threads);
-  // Stops accepting, closes idle keep-alive connections and marks the others to close after their
-  // current response. In-flight exchanges continue.
+  // Closes idle keep-alive connections and marks the others to close after their current response;
+  // connections still arriving are served one request each (the handler sees draining()). In-flight
+  // exchanges continue.
   void begin_drain();
   bool draining() const;
   // Waits until no exchange is in flight or the timeout passes; true when none is left.
   bool wait_no_exchanges(std::chrono::milliseconds timeout);
-  // Closes every connection (in-flight exchanges see a disconnect), stops the io threads and joins
-  // them. Whoever still holds an Exchange must be done with it before the server is destroyed.
+  // Stops accepting, closes every connection (in-flight exchanges see a disconnect), stops the io
+  // threads and joins them. Whoever still holds an Exchange must be done with it before the server is
+  // destroyed.
   void stop();
 
   const HttpServerStats& stats() const;
   const HttpLimits& limits() const;
 
+  // Descriptors kept free besides the connections: the listener, files, the engine, connections over
+  // the cap that are being answered 503.
+  static constexpr size_t kSpareDescriptors = 32;
+
  private:
+  void fit_connection_cap();
   void do_accept();
   template <typename F>
   void for_each_session(F&& fn);

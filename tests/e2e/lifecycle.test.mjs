@@ -85,6 +85,33 @@ test('SIGTERM lets a short in-flight stream finish, then the server exits 0', as
   await assert.rejects(fetch(`${server.url}/health`), 'no longer listening');
 });
 
+test('while draining, the listener still answers: /health is 503 and new generations are refused', async () => {
+  const server = await startServer(['--shutdown-timeout', '60']);
+  const controller = new AbortController();
+  const r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', signal: controller.signal, headers: { 'content-type': 'application/json' }, body: JSON.stringify(longChat) });
+  assert.equal(r.status, 200);
+  const reading = readSse(r).catch(() => {});
+  await waitFor(async () => (await metrics(server)).get('dsinfer_engine_running_requests') === 1, { what: 'running' });
+  server.proc.kill('SIGTERM');
+  // The stream keeps the drain open; the health check sees it from a new connection.
+  const health = await waitFor(async () => {
+    const h = await fetch(`${server.url}/health`);
+    return h.status === 503 ? h : null;
+  }, { what: '/health 503' });
+  assert.deepEqual(await health.json(), { status: 'draining' });
+  assert.equal(health.headers.get('connection'), 'close');
+  const late = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }) });
+  assert.equal(late.status, 503);
+  controller.abort();
+  await reading;
+  const { code } = await server.exited;
+  assert.equal(code, 0, server.stderr());
+  await assert.rejects(fetch(`${server.url}/health`), 'no longer listening');
+});
+
 test('SIGTERM past the drain time ends long streams with an error event, exit code 0', async () => {
   const server = await startServer(['--shutdown-timeout', '1']);
   const chat = fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(longChat) });
@@ -101,6 +128,26 @@ test('SIGTERM past the drain time ends long streams with an error event, exit co
   assert.match(msgText, /event: error\ndata: \{"type":"error","error":\{"type":"overloaded_error"/);
   const { code } = await server.exited;
   assert.equal(code, 0, server.stderr());
+});
+
+test('a signal while the model is being prepared stops the process at once', async () => {
+  const home = `${env('DSINFER_HOME')}-signal-${process.pid}`;
+  const proc = spawn(env('DSINFER_BIN'), ['serve', '--port', '0'], { env: serverEnv({ DSINFER_HOME: home }), stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  let sent = false;
+  proc.stderr.on('data', (d) => { err += d; });
+  proc.stdout.on('data', (d) => {
+    out += d;
+    // Printed before the tiny model is generated and loaded (seconds): the signal arrives meanwhile.
+    if (!sent && /using the embedded tiny model/.test(out)) { sent = true; proc.kill('SIGINT'); }
+  });
+  const { code } = await new Promise((resolve) => proc.on('exit', (c, s) => resolve({ code: c, signal: s })));
+  fs.rmSync(home, { recursive: true, force: true });
+  assert.ok(sent, out);
+  assert.doesNotMatch(out, /\bready\b/, 'it used to load, serve, and only then see the signal');
+  assert.equal(code, 130, err);
+  assert.match(err, /SIGINT before the server was ready/);
 });
 
 test('a bare `dsinfer serve` generates the embedded tiny model once and serves it', async () => {

@@ -41,10 +41,13 @@ class TestClient {
     return !ec;
   }
 
-  // Reads one response; the status is 0 and error set if none could be read.
-  boost::beast::http::response<boost::beast::http::string_body> read_response(boost::system::error_code* error = nullptr) {
+  // Reads one response; the status is 0 and error set if none could be read. `to_head`: the response
+  // answers a HEAD request, so it has no body whatever its headers say.
+  boost::beast::http::response<boost::beast::http::string_body> read_response(boost::system::error_code* error = nullptr,
+                                                                              bool to_head = false) {
     boost::beast::http::response_parser<boost::beast::http::string_body> parser;
     parser.body_limit(1u << 30);
+    parser.skip(to_head);
     boost::system::error_code ec;
     boost::beast::http::read(socket_, buffer_, parser, ec);
     if (error) *error = ec;

@@ -1,0 +1,140 @@
+// HTTP security and conformance against the real server (issue 9): authentication before routing
+// under /v1/, the Bearer scheme in any case, percent-encoded model ids, HEAD without a body,
+// absolute-form targets, Host and Transfer-Encoding rules, request bodies whose objects are too wide
+// to parse in linear time, and API keys refused at start.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { startServer, MODEL, rawExchange, statusOf, env, serverEnv } from './harness.mjs';
+
+const KEY = 'sk-security';
+const SLASHED = 'org/tiny e2e';
+let server;
+before(async () => {
+  server = await startServer(['--api-key', KEY, '--served-model-name', `${MODEL},${SLASHED}`]);
+});
+after(async () => {
+  const { code } = await server.stop();
+  assert.equal(code, 0, server.stderr());
+});
+
+const get = (path, headers = {}) => fetch(`${server.url}${path}`, { headers });
+const auth = { authorization: `Bearer ${KEY}` };
+
+test('an unknown path under /v1/ needs the key before it is a 404', async () => {
+  assert.equal((await get('/v1/no-such-route')).status, 401);
+  assert.equal((await get('/v1/no-such-route', { authorization: 'Bearer wrong' })).status, 401);
+  assert.equal((await get('/v1/no-such-route', auth)).status, 404);
+  assert.equal((await get('/no-such-route')).status, 404, 'outside /v1/ nothing is protected');
+  assert.equal((await get('/health')).status, 200);
+});
+
+test('the Bearer scheme is case-insensitive', async () => {
+  for (const scheme of ['Bearer', 'bearer', 'BEARER', 'bEaReR']) {
+    assert.equal((await get('/v1/models', { authorization: `${scheme} ${KEY}` })).status, 200, scheme);
+  }
+  assert.equal((await get('/v1/models', { authorization: `Bearer  ${KEY}` })).status, 200, 'several spaces');
+  assert.equal((await get('/v1/models', { authorization: `Basic ${KEY}` })).status, 401);
+  assert.equal((await get('/v1/models', { authorization: `Bearer${KEY}` })).status, 401);
+});
+
+test('a model id in the path is percent-decoded', async () => {
+  const r = await get(`/v1/models/${encodeURIComponent(SLASHED)}`, auth);
+  assert.equal(r.status, 200);
+  assert.equal((await r.json()).id, SLASHED);
+  assert.equal((await get(`/v1/models/${MODEL}`, auth)).status, 200);
+  assert.equal((await get('/v1/models/org%2', auth)).status, 400, 'a truncated escape');
+  assert.equal((await get('/v1/models/other', auth)).status, 404);
+});
+
+test('a HEAD response has no body, so a pipelined request after it is read in step', async () => {
+  const { data } = await rawExchange(server.port, [
+    'HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n']);
+  const responses = data.split(/(?=HTTP\/1\.1 )/);
+  assert.equal(responses.length, 2, data);
+  assert.match(responses[0], /^HTTP\/1\.1 200 /);
+  assert.match(responses[0], /Content-Length: 15\r\n/i);
+  assert.ok(responses[0].endsWith('\r\n\r\n'), 'no body after the HEAD response head');
+  assert.ok(responses[1].endsWith('{"status":"ok"}'));
+});
+
+test('an absolute-form target is routed by its path', async () => {
+  const { data } = await rawExchange(server.port, [
+    `GET http://127.0.0.1:${server.port}/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`]);
+  assert.equal(statusOf(data), 200, data);
+  assert.ok(data.endsWith('{"status":"ok"}'));
+});
+
+test('a missing or repeated Host is a 400', async () => {
+  for (const head of ['GET /health HTTP/1.1\r\n\r\n', 'GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n']) {
+    const { data, closed } = await rawExchange(server.port, [head]);
+    assert.equal(statusOf(data), 400, data);
+    assert.ok(closed);
+  }
+});
+
+test('framing a proxy could read differently is refused and the connection closed', async () => {
+  const body = JSON.stringify({ model: MODEL, max_tokens: 1, messages: [{ role: 'user', content: 'x' }] });
+  const smuggled = 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n';
+  for (const te of ['xchunked', 'identity', 'chunked, identity']) {
+    const { data, closed } = await rawExchange(server.port, [
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${body.length}\r\nTransfer-Encoding: ${te}\r\n\r\n${body}${smuggled}`]);
+    assert.equal(statusOf(data), 400, `${te}: ${data}`);
+    assert.equal(data.match(/HTTP\/1\.1 /g).length, 1, `${te}: nothing after the 400`);
+    assert.ok(closed, te);
+  }
+  const { data } = await rawExchange(server.port, [
+    'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n']);
+  assert.equal(statusOf(data), 501, data);
+});
+
+test('a body with an object of 100k keys is refused by key count', async () => {
+  const fields = Array.from({ length: 100000 }, (_, i) => `"k${i}":${i}`).join(',');
+  const body = `{"model":"${MODEL}","max_tokens":1,"messages":[{"role":"user","content":"x"}],"metadata":{${fields}}}`;
+  assert.ok(body.length > 1000000);
+  const r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json', ...auth }, body });
+  assert.equal(r.status, 400);
+  const j = await r.json();
+  assert.match(j.error.message, /more than 256 keys/);
+  // An object at the limit goes through to the usual validation.
+  const narrow = Array.from({ length: 256 }, (_, i) => `"k${i}":${i}`).join(',');
+  const ok = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json', ...auth },
+    body: `{"model":"${MODEL}","max_tokens":1,"messages":[{"role":"user","content":"x"}],"metadata":{${narrow}}}` });
+  assert.doesNotMatch(await ok.text(), /more than 256 keys/);
+});
+
+// `dsinfer serve` with this key and environment: its exit code and stderr (it stops before loading).
+function serveWith(args, extraEnv = {}) {
+  return new Promise((resolve, reject) => {
+    const e = { ...serverEnv(), ...extraEnv };
+    const proc = spawn(env('DSINFER_BIN'), ['serve', '--model', env('DSINFER_E2E_MODEL'), '--port', '0', ...args],
+                       { env: e, stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    let out = '';
+    proc.stderr.on('data', (d) => { err += d; });
+    proc.stdout.on('data', (d) => {
+      out += d;
+      if (/\bready\b/.test(out)) proc.kill('SIGKILL');  // it should not have started
+    });
+    proc.on('error', reject);
+    proc.on('exit', (code, signal) => resolve({ code, signal, err, out }));
+  });
+}
+
+test('an empty or whitespace-padded API key is refused at start', async () => {
+  for (const [args, extra, what] of [
+    [['--api-key', ''], {}, '--api-key'],
+    [['--api-key', ''], { DSINFER_API_KEY: 'set' }, '--api-key'],
+    [['--api-key', ' k '], {}, '--api-key'],
+    [[], { DSINFER_API_KEY: '' }, 'DSINFER_API_KEY'],
+    [[], { DSINFER_API_KEY: 'k\t' }, 'DSINFER_API_KEY'],
+  ]) {
+    const r = await serveWith(args, extra);
+    assert.equal(r.signal, null, `${JSON.stringify(args)} ${JSON.stringify(extra)} started: ${r.out}`);
+    assert.notEqual(r.code, 0);
+    assert.ok(r.err.includes(what), r.err);
+  }
+});

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Configures and builds one preset (default: release). Usage: scripts/build.sh [release|asan|fuzz] [targets...]
+# Configures and builds one preset (default: release). Usage: scripts/build.sh [release|asan|tsan|fuzz] [targets...]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 preset="${1:-release}"

@@ -33,13 +33,14 @@ export function serverEnv(extra = {}) {
   return e;
 }
 
-// Starts a server; resolves once it printed its ready line. `args` are extra `dsinfer serve` flags.
-export async function startServer(args = [], { readyTimeoutMs = 300000 } = {}) {
+// Starts a server; resolves once it printed its ready line. `args` are extra `dsinfer serve` flags,
+// `env` extra environment variables.
+export async function startServer(args = [], { readyTimeoutMs = 300000, env: extraEnv = {} } = {}) {
   const bin = env('DSINFER_BIN');
   const model = env('DSINFER_E2E_MODEL');
   const proc = spawn(bin, ['serve', '--model', model, '--port', '0', '--served-model-name', MODEL, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: serverEnv(),
+    env: serverEnv(extraEnv),
   });
   let out = '';
   let err = '';

@@ -1,7 +1,7 @@
 // libFuzzer target for config.json validation: arbitrary text must give a ModelConfig or a core::Error
 // naming the config, never a crash, a hang or a huge allocation (run with -rss_limit_mb). An accepted
 // config must then size what is built from it within small bounds: the tensor inventory and the V4
-// model shape (rope tables, block layout). Seed it with the configs of ../shared/configs.
+// model shape (rope tables, block layout). Seed it with the configs in configs/.
 #include <cstdint>
 #include <cstdio>
 #include <string>

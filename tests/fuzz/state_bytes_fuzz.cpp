@@ -95,7 +95,7 @@ void block(std::span<const uint8_t> bytes, int64_t index) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  std::ifstream in(std::string(DSINFER_SHARED_DIR) + "/configs/tiny.json");
+  std::ifstream in(std::string(DSINFER_SOURCE_DIR) + "/configs/tiny.json");
   std::stringstream text;
   text << in.rdbuf();
   const auto config = model::ModelConfig::parse(text.str(), "tiny.json");

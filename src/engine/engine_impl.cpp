@@ -93,7 +93,7 @@ class EngineImpl final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return {SubmitStatus::kShuttingDown, 0, "the engine is shutting down"};
     if (res.status != SubmitStatus::kAccepted) return res;
-    if (static_cast<int64_t>(inbox_.size()) + waiting_.load() >= core_.options().max_queue) {
+    if (static_cast<int64_t>(inbox_.size()) + in_transit_ + waiting_.load() >= core_.options().max_queue) {
       return {SubmitStatus::kQueueFull, 0,
               core::str_cat("the queue holds ", core_.options().max_queue, " waiting requests already")};
     }
@@ -143,6 +143,8 @@ class EngineImpl final : public Engine {
     {
       std::lock_guard<std::mutex> lock(mu_);
       inbox.swap(inbox_);
+      // Taken from the inbox but not yet counted in waiting_: still queued for submit()'s limit.
+      in_transit_ = static_cast<int64_t>(inbox.size());
       cancels.swap(cancels_);
       cancel_all = cancel_everything_;
       stopping = stopping_;
@@ -162,6 +164,10 @@ class EngineImpl final : public Engine {
     for (RequestId id : cancels) core_.cancel(id);
     if (cancel_all) core_.cancel_all();
     waiting_.store(static_cast<int64_t>(core_.waiting()));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_transit_ = 0;
+    }
     return stopping;
   }
 
@@ -302,6 +308,7 @@ class EngineImpl final : public Engine {
   bool stopping_ = false, cancel_everything_ = false;
   RequestId next_id_ = 1;
   std::atomic<int64_t> waiting_{0};
+  int64_t in_transit_ = 0;  // guarded by mu_
 
   mutable std::mutex metrics_mu_;
   EngineMetrics metrics_;

@@ -18,6 +18,7 @@
 #include "engine_test_util.h"
 #include "model/deepseek_v4/model.h"
 #include "model/mkmodel.h"
+#include "tiny_v4_checkpoint.h"
 
 namespace dsinfer::engine::testing {
 namespace {
@@ -27,22 +28,14 @@ namespace v4 = model::deepseek_v4;
 class EngineV4 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string((std::filesystem::temp_directory_path() /
-                            ("dsinfer-engine-v4-test-" + std::to_string(::getpid())))
-                               .string());
-    model::MkModelOptions o;
-    o.config_path = std::string(DSINFER_SOURCE_DIR) + "/tests/engine/tiny_vocab4096.json";
-    o.seed = 1;
-    o.out_dir = *dir_;
-    model::make_model(o);
-    runner_ = new std::shared_ptr<ModelRunner>(open_model(*dir_));
-    plain_ = v4::Model::load(*dir_).release();
+    checkpoint_ = new TinyV4Checkpoint("dsinfer-engine-v4-test");
+    runner_ = new std::shared_ptr<ModelRunner>(open_model(checkpoint_->dir()));
+    plain_ = v4::Model::load(checkpoint_->dir()).release();
   }
   static void TearDownTestSuite() {
     delete plain_;
     delete runner_;
-    std::filesystem::remove_all(*dir_);
-    delete dir_;
+    delete checkpoint_;
   }
 
   static std::shared_ptr<ModelRunner> runner() { return *runner_; }
@@ -98,12 +91,12 @@ class EngineV4 : public ::testing::Test {
     return s;
   }
 
-  static std::string* dir_;
+  static TinyV4Checkpoint* checkpoint_;
   static std::shared_ptr<ModelRunner>* runner_;
   static v4::Model* plain_;
 };
 
-std::string* EngineV4::dir_ = nullptr;
+TinyV4Checkpoint* EngineV4::checkpoint_ = nullptr;
 std::shared_ptr<ModelRunner>* EngineV4::runner_ = nullptr;
 v4::Model* EngineV4::plain_ = nullptr;
 
@@ -116,7 +109,7 @@ TEST_F(EngineV4, ReportsTheModelLayout) {
   EXPECT_GT(i.sequence_bytes, 0);
   EXPECT_EQ(i.max_draft_tokens, 7);
   EXPECT_NE(i.identity.find("deepseek_v4:"), std::string::npos);
-  EXPECT_EQ(checkpoint_identity(*dir_) + "; numerics exact", i.identity);
+  EXPECT_EQ(checkpoint_identity(checkpoint_->dir()) + "; numerics exact", i.identity);
   // A snapshot at a block boundary fits the bound the engine plans with.
   auto seq = runner()->new_sequence();
   std::vector<int32_t> tokens(128, 7);
@@ -293,7 +286,7 @@ TEST_F(EngineV4, SpeculationWithMtpIsLossless) {
 // same way): the second engine's prepare() must not switch the drafter off under the first, and their
 // forwards must not share scratch state. Both produce the plain loop's tokens.
 TEST_F(EngineV4, OneRunnerServesTwoEnginesAtOnce) {
-  auto shared = open_model(*dir_);  // its own runner: the speculation setting outlives this test
+  auto shared = open_model(checkpoint_->dir());  // its own runner: the speculation setting outlives this test
   std::mt19937 rng(8);
   std::vector<RequestSpec> drafting, plain;
   for (int i = 0; i < 3; ++i) drafting.push_back(spec(prompt(rng, 30 + 60 * i), 16));

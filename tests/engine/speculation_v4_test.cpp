@@ -20,6 +20,7 @@
 #include "engine_test_util.h"
 #include "model/deepseek_v4/model.h"
 #include "model/mkmodel.h"
+#include "tiny_v4_checkpoint.h"
 
 namespace dsinfer::engine::testing {
 namespace {
@@ -89,20 +90,12 @@ class ForcedDraftRunner : public ModelRunner {
 class SpeculationV4 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string((std::filesystem::temp_directory_path() /
-                            ("dsinfer-speculation-v4-test-" + std::to_string(::getpid())))
-                               .string());
-    model::MkModelOptions o;
-    o.config_path = std::string(DSINFER_SOURCE_DIR) + "/tests/engine/tiny_vocab4096.json";
-    o.seed = 1;
-    o.out_dir = *dir_;
-    model::make_model(o);
-    plain_ = v4::Model::load(*dir_).release();
+    checkpoint_ = new TinyV4Checkpoint("dsinfer-speculation-v4-test");
+    plain_ = v4::Model::load(checkpoint_->dir()).release();
   }
   static void TearDownTestSuite() {
     delete plain_;
-    std::filesystem::remove_all(*dir_);
-    delete dir_;
+    delete checkpoint_;
   }
 
   // The plain greedy loop over model/deepseek_v4: prompt in one pass, then one token per forward.
@@ -124,11 +117,11 @@ class SpeculationV4 : public ::testing::Test {
     return tokens;
   }
 
-  static std::string* dir_;
+  static TinyV4Checkpoint* checkpoint_;
   static v4::Model* plain_;
 };
 
-std::string* SpeculationV4::dir_ = nullptr;
+TinyV4Checkpoint* SpeculationV4::checkpoint_ = nullptr;
 v4::Model* SpeculationV4::plain_ = nullptr;
 
 TEST_F(SpeculationV4, ForcedAcceptanceKeepsGreedyOutputBitwise) {
@@ -153,7 +146,7 @@ TEST_F(SpeculationV4, ForcedAcceptanceKeepsGreedyOutputBitwise) {
     std::vector<int32_t> oracle = s.prompt_ids;
     oracle.insert(oracle.end(), want.begin(), want.end());
     for (int32_t k = 1; k <= 3; ++k) {
-      auto runner = std::make_shared<ForcedDraftRunner>(open_model(*dir_), oracle, pattern);
+      auto runner = std::make_shared<ForcedDraftRunner>(open_model(checkpoint_->dir()), oracle, pattern);
       EngineOptions o;
       o.speculation = true;
       o.draft_tokens = k;

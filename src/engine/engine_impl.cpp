@@ -163,9 +163,10 @@ class EngineImpl final : public Engine {
     }
     for (RequestId id : cancels) core_.cancel(id);
     if (cancel_all) core_.cancel_all();
-    waiting_.store(static_cast<int64_t>(core_.waiting()));
     {
+      // Both at once, under the lock submit() reads them with: each request is counted exactly once.
       std::lock_guard<std::mutex> lock(mu_);
+      waiting_.store(static_cast<int64_t>(core_.waiting()));
       in_transit_ = 0;
     }
     return stopping;

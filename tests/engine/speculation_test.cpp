@@ -114,7 +114,8 @@ TEST(Speculation, SampledOutputHasTheTargetDistribution) {
   ASSERT_EQ(out.size(), specs.size());
   std::vector<int64_t> c1(V, 0), c2(V, 0), c3(V, 0);
   for (const auto& r : out) {
-    ASSERT_EQ(r.tokens.size(), 3u);
+    ASSERT_EQ(r.tokens.size(), 3u) << "status " << static_cast<int>(r.status) << " finish "
+                                   << static_cast<int>(r.finish) << " error '" << r.error << "'";
     ++c1[r.tokens[0]];
     ++c2[r.tokens[1]];
     ++c3[r.tokens[2]];

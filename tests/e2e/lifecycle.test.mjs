@@ -85,6 +85,19 @@ test('SIGTERM lets a short in-flight stream finish, then the server exits 0', as
   await assert.rejects(fetch(`${server.url}/health`), 'no longer listening');
 });
 
+// During a drain the server closes idle keep-alive connections; a request the client had just sent on
+// one of them fails with a socket error before any byte of an answer: retry it on a new connection, as
+// any HTTP client must.
+async function fetchRetryingClosedSockets(url, init) {
+  for (let attempt = 0; ; ++attempt) {
+    try {
+      return await fetch(url, init);
+    } catch (e) {
+      if (attempt >= 5 || e?.cause?.code !== 'UND_ERR_SOCKET') throw e;
+    }
+  }
+}
+
 test('while draining, the listener still answers: /health is 503 and new generations are refused', async () => {
   const server = await startServer(['--shutdown-timeout', '60']);
   const controller = new AbortController();
@@ -96,12 +109,12 @@ test('while draining, the listener still answers: /health is 503 and new generat
   server.proc.kill('SIGTERM');
   // The stream keeps the drain open; the health check sees it from a new connection.
   const health = await waitFor(async () => {
-    const h = await fetch(`${server.url}/health`);
+    const h = await fetchRetryingClosedSockets(`${server.url}/health`);
     return h.status === 503 ? h : null;
   }, { what: '/health 503' });
   assert.deepEqual(await health.json(), { status: 'draining' });
   assert.equal(health.headers.get('connection'), 'close');
-  const late = await fetch(`${server.url}/v1/chat/completions`, {
+  const late = await fetchRetryingClosedSockets(`${server.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }) });
   assert.equal(late.status, 503);

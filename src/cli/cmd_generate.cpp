@@ -54,6 +54,7 @@ int run_generate(int argc, char** argv) {
   args.flag("no-overlap", "plan each step only after the previous one finished");
   // --max-running defaults to --max-concurrency, --max-queue to the number of requests.
   add_engine_flags(args);
+  add_kv_store_flags(args, "off");
   if (!args.parse(argc, argv)) return args.exit_code();
 #ifndef DSINFER_ENGINE_HAVE_V4
   std::fprintf(stderr, "dsinfer generate: this build has no DeepSeek-V4 model library\n");
@@ -120,6 +121,7 @@ int run_generate(int argc, char** argv) {
   eo.overlap_scheduling = !args.has("no-overlap");
   eo.speculation = engine_flags.speculation;
   eo.draft_tokens = engine_flags.draft_tokens;
+  if (eo.prefix_cache) apply_kv_store_flags(read_kv_store_flags(args, ""), eo);
   auto engine = engine::make_engine(runner, eo);
 
   std::FILE* out = stdout;

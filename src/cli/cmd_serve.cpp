@@ -166,6 +166,7 @@ int run_serve(int argc, char** argv) {
             "streamed Chat Completions carry usage on the finish chunk, always (DeepSeek's API); default: OpenAI's "
             "separate last chunk with \"choices\":[], only with stream_options.include_usage");
   add_engine_flags(args);
+  add_kv_store_flags(args, "${DSINFER_HOME:-$HOME/.cache/dsinfer}/kvstore");
   if (!args.parse(argc, argv)) return args.exit_code();
   const ModelFlags model_flags = read_model_flags(args, /*required=*/false);
   const EngineFlags engine_flags = read_engine_flags(args);
@@ -220,6 +221,8 @@ int run_serve(int argc, char** argv) {
   eopt.prefix_cache = engine_flags.prefix_cache;
   eopt.speculation = engine_flags.speculation;
   eopt.draft_tokens = engine_flags.draft_tokens;
+  const KvStoreFlags kv_flags = read_kv_store_flags(args, server::dsinfer_home() + "/kvstore");
+  if (engine_flags.prefix_cache) apply_kv_store_flags(kv_flags, eopt);
 
   // The model: the one given, or the embedded default (generated on first use).
   std::string model_dir;

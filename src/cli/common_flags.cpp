@@ -1,6 +1,12 @@
 #include "cli/common_flags.h"
 
+#include <cstdio>
+
 #include "core/error.h"
+#include "kvstore/config.h"
+#if DSINFER_ENGINE_HAVE_KVSTORE
+#include "engine/kvstore/kv_connector_store.h"
+#endif
 
 namespace dsinfer::cli {
 
@@ -46,6 +52,63 @@ EngineFlags read_engine_flags(const Args& args) {
   f.speculation = args.has("speculation");
   f.draft_tokens = static_cast<int32_t>(args.get_int("draft-tokens", 1, kMaxDraftTokens));
   return f;
+}
+
+void add_kv_store_flags(Args& args, const std::string& default_dir_help) {
+  args.option("kv-store", "DIR",
+              "persistent KV block store: a directory on a local disk or a shared file system (NFS, CephFS, 3FS) "
+              "that every dsinfer process mounting it shares (default: " + default_dir_help + ")");
+  args.flag("no-kv-store", "no persistent KV store (and no SWA pool)");
+  args.option("kv-store-bytes", "N", "capacity of the store (512M, 20G, 1T): the collector evicts least recently "
+              "used records above 95 % down to 85 % (0: TTLs only)", "0");
+  args.option("kv-ttl", "SPEC", "store TTL per traffic class from the last use (units s, m, h, d)",
+              "agent=3d,chat=7d");
+  args.option("swa-pool-bytes", "N", "RAM for window (SWA) snapshots kept for the next turn's exact resume (0: off)",
+              "1G");
+  args.option("swa-ttl", "D", "how long an unused window snapshot stays in the SWA pool", "180s");
+  args.option("kv-gc-interval", "D", "run the store's collector this often in this process (0: never)", "10m");
+}
+
+KvStoreFlags read_kv_store_flags(const Args& args, const std::string& default_dir) {
+  KvStoreFlags f;
+  DSINFER_CHECK(!(args.has("kv-store") && args.has("no-kv-store")), "--kv-store and --no-kv-store exclude each other");
+  if (args.has("no-kv-store")) {
+    f.dir.clear();
+  } else if (auto dir = args.get_optional("kv-store")) {
+    DSINFER_CHECK(!dir->empty(), "--kv-store needs a directory");
+    f.dir = *dir;
+  } else {
+    f.dir = default_dir;
+  }
+  f.capacity_bytes = kvstore::parse_byte_size(args.get("kv-store-bytes"));
+  f.ttl = args.get("kv-ttl");
+  (void)kvstore::parse_ttl_policy(f.ttl);  // a bad spec fails now, naming the flag's syntax
+  f.pool_bytes = kvstore::parse_byte_size(args.get("swa-pool-bytes"));
+  f.pool_ttl_ns = kvstore::parse_duration_ns(args.get("swa-ttl"));
+  DSINFER_CHECK(f.pool_ttl_ns > 0, "--swa-ttl must be positive");
+  f.gc_interval_ns = kvstore::parse_duration_ns(args.get("kv-gc-interval"));
+  return f;
+}
+
+void apply_kv_store_flags(const KvStoreFlags& f, engine::EngineOptions& options) {
+  if (f.dir.empty()) return;
+#if DSINFER_ENGINE_HAVE_KVSTORE
+  engine::StoreConnectorOptions o;
+  o.store.dir = f.dir;
+  o.store.ttl = kvstore::parse_ttl_policy(f.ttl);
+  o.pool.capacity_bytes = f.pool_bytes;
+  o.pool.ttl_ns = f.pool_ttl_ns;
+  o.gc_interval_ns = f.gc_interval_ns;
+  o.gc_capacity_bytes = f.capacity_bytes;
+  options.kv_connector = std::make_shared<engine::StoreConnector>(std::move(o));
+  std::printf("dsinfer: KV store %s (TTL %s%s), SWA pool %lld bytes\n", f.dir.c_str(), f.ttl.c_str(),
+              f.capacity_bytes > 0 ? core::str_cat(", cap ", f.capacity_bytes, " bytes").c_str() : "",
+              static_cast<long long>(f.pool_bytes));
+  std::fflush(stdout);
+#else
+  (void)options;
+  core::fail("this build has no KV store (src/kvstore)");
+#endif
 }
 
 }  // namespace dsinfer::cli

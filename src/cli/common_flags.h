@@ -3,15 +3,19 @@
 //   model:  --model DIR, --numerics exact|reference, --no-kv-qdq, --threads N
 //   engine: --kv-budget-mib MIB, --max-batch-tokens N, --max-running N, --max-queue N, --no-prefix-cache,
 //           --speculation, --draft-tokens N
+//   KV store (serve, generate): --kv-store DIR, --no-kv-store, --kv-store-bytes N, --kv-ttl SPEC,
+//           --swa-pool-bytes N, --swa-ttl D, --kv-gc-interval D
 // (--chunk-size of bench-forward and logits is another thing: how one sequence's prompt is fed to the
 // model, without the engine.) Every size is range-checked when read, so an absurd value is a clear
 // error naming the flag instead of an overflow in `<< 20` or a narrowing cast.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "cli/args.h"
+#include "engine/engine.h"
 
 namespace dsinfer::cli {
 
@@ -54,5 +58,21 @@ struct EngineFlags {
 // --kv-budget-mb (serve) and --chunk-size (generate) are accepted as old spellings.
 void add_engine_flags(Args& args, const EngineFlagDefaults& defaults = {});
 EngineFlags read_engine_flags(const Args& args);
+
+// The persistent KV store and the SWA pool (src/kvstore/README.md), behind the engine's KV connector.
+struct KvStoreFlags {
+  std::string dir;                 // empty: no store (and no pool)
+  int64_t capacity_bytes = 0;      // the collector's cap; 0: TTLs only
+  std::string ttl = "agent=3d,chat=7d";
+  int64_t pool_bytes = 0;          // 0: no SWA pool
+  int64_t pool_ttl_ns = 0;
+  int64_t gc_interval_ns = 0;      // 0: no collector timer
+};
+
+// `default_dir`: the store used unless --kv-store or --no-kv-store says otherwise ("" = off by default).
+void add_kv_store_flags(Args& args, const std::string& default_dir_help);
+KvStoreFlags read_kv_store_flags(const Args& args, const std::string& default_dir);
+// Sets options.kv_connector from the flags (nothing when the store is off); says on stdout what it uses.
+void apply_kv_store_flags(const KvStoreFlags& flags, engine::EngineOptions& options);
 
 }  // namespace dsinfer::cli

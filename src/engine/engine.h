@@ -44,7 +44,8 @@ struct RequestSpec {
   SamplingParams sampling;
   std::vector<int32_t> stop_token_ids;  // in addition to EOS unless ignore_eos
   bool ignore_eos = false;
-  std::string traffic_class = "default";  // for cache TTLs and metrics
+  // For the KV store's TTLs: "agent" or "chat" (anything else counts as chat).
+  std::string traffic_class = "default";
 };
 
 // A greedy request that ignores EOS, so it produces exactly max_tokens tokens (benchmarks, tests).
@@ -108,6 +109,8 @@ class Engine {
   virtual void shutdown(bool drain) = 0;
 };
 
+class KvConnector;
+
 // How an engine runs. Every field has a safe default; README.md explains the design behind each.
 struct EngineOptions {
   // All KV state counts against this: per-sequence window rings and tails, compressed-KV blocks,
@@ -127,6 +130,13 @@ struct EngineOptions {
   // Snapshots are kept at the end of each prompt and each finished request; this adds one at every
   // block boundary of the prompt (more exact hits for shared prefixes, more memory).
   bool snapshot_every_block = false;
+  // KV outside process memory (kv_connector.h; used only with prefix_cache): every block the engine
+  // computes exactly is also saved there, every window snapshot offered, and a new prompt's full blocks
+  // that memory lacks are loaded from it before admission (the request waits; others run on). Null:
+  // memory only. May be shared by several engines over the same model.
+  std::shared_ptr<KvConnector> kv_connector;
+  // A request waits at most this long for its blocks; what has not arrived by then is computed.
+  int32_t kv_load_timeout_ms = 2000;
 
   bool speculation = false;  // MTP drafting + one-step verification (lossless)
   int32_t draft_tokens = 1;  // drafts per step (k), at most the model's max_draft_tokens

@@ -49,10 +49,15 @@ EngineCore::EngineCore(std::shared_ptr<ModelRunner> model, const EngineOptions& 
                             : std::min(options_.prefix_cache_bytes, options_.kv_budget_bytes);
     cache_ = std::make_unique<PrefixCache>(prefix_root_hash(info_.identity, info_.cache_layout), info_.block_tokens,
                                            cap);
+    if (options_.kv_connector) {
+      connector_ = options_.kv_connector;
+      kv_inbox_ = std::make_shared<KvInbox>();
+    }
   }
 }
 
 EngineCore::~EngineCore() {
+  set_kv_wake(nullptr);  // answers still in flight land in the inbox, which they share, and stay there
   // Sequences and cached blocks go back to the model before it may be destroyed.
   for (auto& [id, r] : requests_) r->seq.reset();
   cache_.reset();
@@ -112,6 +117,194 @@ void EngineCore::add(std::unique_ptr<Request>&& request) {
   }
   r.prompt_len = static_cast<int64_t>(r.tokens.size());
   prompt_tokens_total_ += r.prompt_len;
+  if (connector_) {
+    try {
+      start_load(r);
+    } catch (...) {
+      // The request is queued as it is (start_load undid itself): it only loses the store.
+      DSINFER_LOG_WARN("engine: request ", r.id, " could not ask the KV store: ", current_exception_message());
+    }
+  }
+}
+
+void EngineCore::set_kv_wake(std::function<void()> wake) {
+  if (!kv_inbox_) return;
+  std::lock_guard<std::mutex> lock(kv_inbox_->mu);
+  kv_inbox_->wake = std::move(wake);
+}
+
+// ---- KV connector: loading on admission ------------------------------------------------------
+
+void EngineCore::start_load(Request& r) {
+  const int64_t B = info_.block_tokens;
+  const int64_t target = r.prefill_target();
+  // Blocks that can end a resume: at least one prompt token is left to feed after them.
+  const int64_t n = (target - 1) / B;
+  if (n <= 0 || r.generated > 0) return;
+  std::vector<uint64_t> keys(static_cast<size_t>(n));
+  uint64_t parent = cache_->root();
+  for (int64_t b = 0; b < n; ++b) {
+    parent = keys[b] = chain_hash(parent, std::span<const int32_t>(r.tokens.data() + b * B, B));
+  }
+  int64_t m = 0;
+  while (m < n && cache_->contains(keys[m])) ++m;
+  if (m == n) {
+    adopt_pool_snapshot(keys, n);
+    return;
+  }
+  std::vector<KvBlockName> names;
+  names.reserve(static_cast<size_t>(n - m));
+  for (int64_t b = m; b < n; ++b) {
+    KvBlockName name;
+    name.key = keys[b];
+    name.parent = b == 0 ? cache_->root() : keys[b - 1];
+    name.index = b;
+    name.tokens.assign(r.tokens.begin() + b * B, r.tokens.begin() + (b + 1) * B);
+    names.push_back(std::move(name));
+  }
+  loading_.push_back(&r);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
+  r.state = Request::State::kLoading;
+  r.load_keys = std::move(keys);
+  r.load_from = m;
+  r.loaded.assign(static_cast<size_t>(n - m), nullptr);
+  r.load_answered.assign(static_cast<size_t>(n - m), 0);
+  r.load_pending = n - m;
+  r.load_started = Clock::now();
+  // Importing is the model's pure function of the bytes: it runs on the I/O thread, not the step loop.
+  auto done = [inbox = kv_inbox_, model = model_, id = r.id, first = m](size_t i, bool hit,
+                                                                      std::span<const uint8_t> payload) {
+    std::shared_ptr<const KvBlock> block;
+    bool failed = false;
+    if (hit) {
+      try {
+        block = model->import_block(first + static_cast<int64_t>(i), payload);
+      } catch (...) {
+        failed = true;
+        DSINFER_LOG_WARN("engine: a stored KV block could not be imported (a miss): ", current_exception_message());
+      }
+    }
+    std::lock_guard<std::mutex> lock(inbox->mu);
+    inbox->arrivals.push_back({id, i, std::move(block)});
+    inbox->import_failures += failed;
+    if (inbox->wake) inbox->wake();
+  };
+  try {
+    connector_->load(std::move(names), std::move(done));
+  } catch (...) {
+    loading_.pop_back();
+    waiting_.push_back(&r);
+    r.state = Request::State::kWaiting;
+    r.loaded.clear();
+    r.load_answered.clear();
+    r.load_keys.clear();
+    throw;
+  }
+  ++kv_loads_;
+  kv_blocks_asked_ += n - m;
+}
+
+void EngineCore::drain_loads() {
+  if (!kv_inbox_) return;
+  std::vector<KvArrival> arrivals;
+  {
+    std::lock_guard<std::mutex> lock(kv_inbox_->mu);
+    arrivals.swap(kv_inbox_->arrivals);
+  }
+  for (KvArrival& a : arrivals) {
+    auto it = requests_.find(a.id);
+    if (it == requests_.end()) continue;  // finished (cancelled) meanwhile
+    Request& r = *it->second;
+    if (r.state != Request::State::kLoading || a.i >= r.loaded.size() || r.load_answered[a.i]) continue;
+    r.load_answered[a.i] = 1;
+    --r.load_pending;
+    if (a.block) {
+      ++kv_blocks_hit_;
+      r.loaded[a.i] = std::move(a.block);
+    }
+  }
+  if (loading_.empty()) return;
+  const auto now = Clock::now();
+  const auto timeout = std::chrono::milliseconds(options_.kv_load_timeout_ms);
+  std::vector<Request*> ready;
+  for (Request* r : loading_) {
+    // Decided once the run of hits from the first block is known to end (a miss, or all answered).
+    bool decided = true;
+    for (size_t i = 0; i < r->loaded.size(); ++i) {
+      if (!r->load_answered[i]) {
+        decided = false;
+        break;
+      }
+      if (!r->loaded[i]) break;
+    }
+    if (!decided && now - r->load_started >= timeout) {
+      ++kv_load_timeouts_;
+      decided = true;
+    }
+    if (decided) ready.push_back(r);
+  }
+  for (Request* r : ready) finish_load(*r);
+}
+
+void EngineCore::finish_load(Request& r) {
+  const int64_t B = info_.block_tokens;
+  // The run of hits from the first missing block joins the cache under the blocks memory held (if they
+  // are still there), unreferenced: admission then matches and attaches them like any cached block.
+  uint64_t parent = r.load_from == 0 ? cache_->root() : r.load_keys[r.load_from - 1];
+  bool chain = r.load_from == 0 || cache_->contains(parent);
+  int64_t got = 0;
+  for (size_t i = 0; chain && i < r.loaded.size() && r.loaded[i]; ++i) {
+    const int64_t b = r.load_from + static_cast<int64_t>(i);
+    if (!cache_->contains(r.load_keys[b]) && !make_room(info_.block_bytes)) break;
+    auto [node, inserted] = cache_->insert(parent, std::span<const int32_t>(r.tokens.data() + b * B, B),
+                                           std::move(r.loaded[i]), info_.block_bytes);
+    if (node == 0) break;
+    cache_->release(node);
+    kv_blocks_imported_ += inserted;
+    parent = node;
+    ++got;
+  }
+  adopt_pool_snapshot(r.load_keys, r.load_from + got);
+  // Back in the queue in submission order among the new requests (preempted ones stay ahead).
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(),
+                          [&](const Request* w) { return w->generated == 0 && w->id > r.id; });
+  waiting_.insert(pos, &r);
+  loading_.erase(std::remove(loading_.begin(), loading_.end(), &r), loading_.end());
+  r.state = Request::State::kWaiting;
+  r.loaded.clear();
+  r.load_answered.clear();
+  r.load_keys.clear();
+  r.load_pending = 0;
+}
+
+void EngineCore::adopt_pool_snapshot(const std::vector<uint64_t>& keys, int64_t blocks) {
+  if (blocks <= 0) return;
+  const uint64_t node = keys[blocks - 1];
+  if (!cache_->contains(node) || cache_->has_snapshot(node)) return;
+  std::shared_ptr<const WindowSnapshot> snap = connector_->find_snapshot(node);
+  if (!snap || snap->position() != blocks * info_.block_tokens) return;
+  const int64_t bytes = snapshot_charge(*snap);
+  if (!make_room(bytes)) return;
+  if (cache_->set_snapshot(node, std::move(snap), bytes)) ++kv_pool_snapshots_used_;
+}
+
+void EngineCore::save_block(const Request& r, int64_t index, uint64_t key, uint64_t parent, const KvBlock& block) {
+  try {
+    std::vector<uint8_t> bytes = model_->export_block(block);
+    if (bytes.empty()) return;
+    const int64_t B = info_.block_tokens;
+    KvBlockName name;
+    name.key = key;
+    name.parent = parent;
+    name.index = index;
+    name.tokens.assign(r.tokens.begin() + index * B, r.tokens.begin() + (index + 1) * B);
+    connector_->save_block(name, std::move(bytes), r.spec.traffic_class);
+    ++kv_blocks_saved_;
+  } catch (...) {
+    // The store is a cache: a block it misses is computed again later.
+    ++kv_save_failures_;
+    DSINFER_LOG_WARN("engine: block ", index, " of request ", r.id, " was not saved: ", current_exception_message());
+  }
 }
 
 void EngineCore::cancel(RequestId id) {
@@ -268,6 +461,7 @@ std::optional<Admission> EngineCore::try_admit(Request& r, int64_t budget, bool 
 }
 
 StepPlan EngineCore::plan() {
+  drain_loads();
   StepPlan p;
   try {
     build_plan(p);
@@ -459,6 +653,7 @@ void EngineCore::launch(StepPlan& p) {
     r.chain.assign(a.match.nodes.begin(), a.match.nodes.begin() + a.use_blocks);
     a.match = {};
     if (a.use_blocks > 0) ++(a.with_snapshot ? exact_hits_ : replay_hits_);
+    r.replayed = a.use_blocks > 0 && !a.with_snapshot;
     if (!r.cache_counted) {
       r.cached_tokens = r.fed;
       cached_tokens_total_ += r.fed;
@@ -723,19 +918,25 @@ void EngineCore::publish(Request& r) {
   while (static_cast<int64_t>(r.chain.size()) < complete) {
     const int64_t b = static_cast<int64_t>(r.chain.size());
     const uint64_t parent = b == 0 ? cache_->root() : r.chain.back();
-    auto [node, inserted] = cache_->insert(parent, std::span<const int32_t>(r.tokens.data() + b * B, B),
-                                           model_->block(*r.seq, b), info_.block_bytes);
+    std::shared_ptr<const KvBlock> block = model_->block(*r.seq, b);
+    auto [node, inserted] =
+        cache_->insert(parent, std::span<const int32_t>(r.tokens.data() + b * B, B), block, info_.block_bytes);
     if (node == 0) {
       r.publish_stopped = true;
       break;
     }
-    if (!inserted && !model_->adopt_block(*r.seq, b, cache_->block(node))) {
+    // After a bounded replay the sequence's own block only approximates the cached twin: it is not
+    // interchangeable with it (and a KV store hit makes that case common: the blocks past the replay are
+    // cached too).
+    if (!inserted && (r.replayed || !model_->adopt_block(*r.seq, b, cache_->block(node)))) {
       // Holding the twin would pin two copies of one block: let it go and publish nothing more.
       cache_->release(node);
       r.publish_stopped = true;
       break;
     }
     r.chain.push_back(node);
+    // Only exact blocks leave the process: one computed after a bounded replay carries its approximation.
+    if (inserted && connector_ && !r.replayed) save_block(r, b, node, parent, *block);
   }
   recharge(r);
 }
@@ -761,6 +962,13 @@ void EngineCore::take_snapshot(Request& r) {
   recharge(r);
   if (!make_room(info_.snapshot_bytes)) return;
   std::shared_ptr<const WindowSnapshot> snap = model_->snapshot(*r.seq);
+  if (connector_ && !r.replayed) {
+    try {
+      connector_->save_snapshot(node, snap);
+    } catch (...) {
+      DSINFER_LOG_WARN("engine: a window snapshot was not pooled: ", current_exception_message());
+    }
+  }
   if (checkpoint) {
     const int64_t bytes = snapshot_charge(*snap);
     cache_->set_snapshot(node, std::move(snap), bytes);
@@ -810,6 +1018,10 @@ void EngineCore::finish(Request& r, FinishReason why, const std::string& error) 
   if (r.state == Request::State::kRunning) {
     release_kv(r);
     remove_running(&r);
+  } else if (r.state == Request::State::kLoading) {
+    // Answers still on their way are dropped when they arrive.
+    loading_.erase(std::remove(loading_.begin(), loading_.end(), &r), loading_.end());
+    r.loaded.clear();
   } else {
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
   }
@@ -897,6 +1109,22 @@ EngineMetrics EngineCore::metrics() const {
     m.extra["prefix_cache_blocks"] = static_cast<double>(cache_->nodes());
     m.extra["prefix_cache_snapshots"] = static_cast<double>(cache_->snapshots());
     m.extra["prefix_cache_evicted_blocks_total"] = static_cast<double>(cache_->evicted_blocks_total());
+  }
+  if (connector_) {
+    m.extra["kv_loading"] = static_cast<double>(loading_.size());
+    m.extra["kv_store_request_loads_total"] = static_cast<double>(kv_loads_);
+    m.extra["kv_store_blocks_asked_total"] = static_cast<double>(kv_blocks_asked_);
+    m.extra["kv_store_blocks_loaded_total"] = static_cast<double>(kv_blocks_hit_);
+    m.extra["kv_store_blocks_imported_total"] = static_cast<double>(kv_blocks_imported_);
+    m.extra["kv_store_load_timeouts_total"] = static_cast<double>(kv_load_timeouts_);
+    m.extra["kv_store_blocks_saved_total"] = static_cast<double>(kv_blocks_saved_);
+    m.extra["kv_store_save_failures_total"] = static_cast<double>(kv_save_failures_);
+    m.extra["swa_pool_snapshots_used_total"] = static_cast<double>(kv_pool_snapshots_used_);
+    {
+      std::lock_guard<std::mutex> lock(kv_inbox_->mu);
+      m.extra["kv_store_import_failures_total"] = static_cast<double>(kv_inbox_->import_failures);
+    }
+    connector_->add_metrics(m.extra);
   }
   if (draft_total_ > 0) {
     m.extra["draft_acceptance_rate"] = static_cast<double>(accepted_total_) / static_cast<double>(draft_total_);

@@ -11,14 +11,17 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/kv_connector.h"
 #include "engine/model_runner.h"
 #include "engine/prefix_cache.h"
 #include "engine/request.h"
@@ -68,6 +71,20 @@ struct PendingEvent {
   TokenEvent event;
 };
 
+// Blocks answered by the KV connector, handed from its I/O threads to the step loop (drained at the
+// start of each plan). Shared with the callbacks, which may outlive the core.
+struct KvArrival {
+  RequestId id = 0;
+  size_t i = 0;                          // index into the request's load
+  std::shared_ptr<const KvBlock> block;  // null: a miss
+};
+struct KvInbox {
+  std::mutex mu;
+  std::vector<KvArrival> arrivals;
+  std::function<void()> wake;  // tells the engine's loop that arrivals are waiting (called under mu)
+  int64_t import_failures = 0;
+};
+
 // What the exception being handled says (inside a catch block): what() or a stand-in for others.
 std::string current_exception_message();
 
@@ -86,11 +103,13 @@ class EngineCore {
   void cancel(RequestId id);
   void cancel_all();
 
-  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty() || !loading_.empty(); }
   // Called when a plan came out empty: with nothing running no later plan can differ, so the request
   // at the head of the queue is failed instead of waiting forever. Returns whether it did so.
   bool resolve_stall();
-  size_t waiting() const { return waiting_.size(); }
+  size_t waiting() const { return waiting_.size() + loading_.size(); }
+  // Run when KV connector answers arrive (from an I/O thread); null to stop.
+  void set_kv_wake(std::function<void()> wake);
 
   // A fault of the model (or std::bad_alloc) ends only the requests it touched, with kError:
   //   plan()    nothing is half done: the partial plan is undone and the exception rethrown;
@@ -126,6 +145,15 @@ class EngineCore {
   int64_t chunk_end(const Request& r, int64_t start, int64_t budget, bool alone) const;
   std::optional<Admission> try_admit(Request& r, int64_t budget, bool alone, int64_t& promised, StepEntry& entry);
 
+  // KV connector: start loading the blocks memory lacks (moves `r` to loading_), take the answers in,
+  // and admit a request whose answers are all in (or whose wait timed out) with what came.
+  void start_load(Request& r);
+  void drain_loads();
+  void finish_load(Request& r);
+  // Gives the cache node at block `blocks` of `keys` the pool's snapshot when it has none.
+  void adopt_pool_snapshot(const std::vector<uint64_t>& keys, int64_t blocks);
+  void save_block(const Request& r, int64_t index, uint64_t key, uint64_t parent, const KvBlock& block);
+
   void build_plan(StepPlan& plan);
   void undo(StepPlan& plan);  // a plan that will never be launched gives back what it took
   void start_sequence(Admission& a);
@@ -148,6 +176,9 @@ class EngineCore {
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // in admission order
+  std::vector<Request*> loading_;  // waiting for the KV connector, in arrival order
+  std::shared_ptr<KvConnector> connector_;  // null unless both it and the prefix cache are on
+  std::shared_ptr<KvInbox> kv_inbox_;
   std::vector<PendingEvent> events_;
   std::vector<RequestId> finished_;
   uint64_t admit_counter_ = 0;
@@ -161,6 +192,8 @@ class EngineCore {
   double step_seconds_ = 0, forward_seconds_ = 0, sample_seconds_ = 0, draft_seconds_ = 0;
   double gap_seconds_ = 0, ttft_seconds_total_ = 0;
   int64_t ttft_count_ = 0;
+  int64_t kv_loads_ = 0, kv_blocks_asked_ = 0, kv_blocks_hit_ = 0, kv_blocks_imported_ = 0, kv_load_timeouts_ = 0;
+  int64_t kv_blocks_saved_ = 0, kv_save_failures_ = 0, kv_pool_snapshots_used_ = 0;
 };
 
 }  // namespace dsinfer::engine

@@ -75,6 +75,12 @@ class EngineImpl final : public Engine {
   EngineImpl(std::shared_ptr<ModelRunner> model, const EngineOptions& options)
       : core_(std::move(model), options), nonce_(std::random_device{}()) {
     metrics_ = core_.metrics();
+    // KV connector answers end the loop's idle wait, like a submission.
+    core_.set_kv_wake([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      kv_ready_ = true;
+      cv_.notify_all();
+    });
     if (options.overlap_scheduling) helper_ = std::make_unique<HelperThread>();
     thread_ = std::thread([this] { run(); });
     engine_thread_id_ = thread_.get_id();  // no callback can run before the constructor returns
@@ -86,6 +92,7 @@ class EngineImpl final : public Engine {
       std::abort();
     }
     shutdown(false);
+    core_.set_kv_wake(nullptr);  // before mu_ and cv_ go: answers may still arrive from a shared store
   }
 
   SubmitResult submit(RequestSpec spec, TokenCallback on_event) override {
@@ -146,6 +153,7 @@ class EngineImpl final : public Engine {
       // Taken from the inbox but not yet counted in waiting_: still queued for submit()'s limit.
       in_transit_ = static_cast<int64_t>(inbox.size());
       cancels.swap(cancels_);
+      kv_ready_ = false;  // the plan that follows drains them
       cancel_all = cancel_everything_;
       stopping = stopping_;
     }
@@ -196,7 +204,7 @@ class EngineImpl final : public Engine {
 
   void wait_for_work(bool timed) {
     std::unique_lock<std::mutex> lock(mu_);
-    auto ready = [&] { return !inbox_.empty() || !cancels_.empty() || stopping_; };
+    auto ready = [&] { return !inbox_.empty() || !cancels_.empty() || stopping_ || kv_ready_; };
     if (timed) {
       cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
     } else {
@@ -307,6 +315,7 @@ class EngineImpl final : public Engine {
   std::deque<std::unique_ptr<Request>> inbox_;
   std::vector<RequestId> cancels_;
   bool stopping_ = false, cancel_everything_ = false;
+  bool kv_ready_ = false;  // KV connector answers arrived since the last take_inbox()
   RequestId next_id_ = 1;
   std::atomic<int64_t> waiting_{0};
   int64_t in_transit_ = 0;  // guarded by mu_

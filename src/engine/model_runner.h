@@ -111,6 +111,23 @@ class ModelRunner {
     return false;
   }
 
+  // A completed block as bytes for a store outside the process (kv_connector.h): versioned, the model's
+  // own layout inside, enough for import_block() of a runner with the same ModelInfo identity and
+  // cache_layout to rebuild it exactly. Empty: this model does not export blocks (nothing is saved).
+  virtual std::vector<uint8_t> export_block(const KvBlock& block) {
+    (void)block;
+    return {};
+  }
+
+  // Rebuilds block `index` from export_block() bytes; throws on bytes it cannot use (corrupt, another
+  // layout or index). Called on a store's I/O thread, beside every other call of every engine: it must
+  // touch nothing shared with them (only the immutable layout). Null: this model does not import.
+  virtual std::shared_ptr<const KvBlock> import_block(int64_t index, std::span<const uint8_t> bytes) {
+    (void)index;
+    (void)bytes;
+    return nullptr;
+  }
+
   // Window state at the sequence's current length, which must be a multiple of block_tokens.
   virtual std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& seq) = 0;
 

@@ -30,7 +30,8 @@ struct Request {
   int64_t prompt_len = 0;
   int32_t generated = 0;  // tokens produced so far, a stop token included
 
-  enum class State { kWaiting, kRunning, kFinished } state = State::kWaiting;
+  // kLoading: waiting for blocks from the KV connector, outside the queue until they are in.
+  enum class State { kWaiting, kLoading, kRunning, kFinished } state = State::kWaiting;
   uint64_t admit_order = 0;  // larger = admitted later = first to be preempted
 
   std::unique_ptr<SequenceState> seq;
@@ -43,6 +44,15 @@ struct Request {
   std::shared_ptr<const WindowSnapshot> latest_snapshot;  // private, at a block boundary
   int64_t cached_tokens = 0;     // prompt tokens not computed thanks to the cache (first admission)
   bool cache_counted = false;
+  bool replayed = false;         // resumed by bounded replay: its blocks are approximate, none is saved
+
+  // KV connector load (state kLoading): blocks load_from .. of the prompt, keyed load_keys[load_from ..].
+  std::vector<uint64_t> load_keys;  // chain hashes of the prompt's full blocks (all of them)
+  int64_t load_from = 0;
+  std::vector<std::shared_ptr<const KvBlock>> loaded;  // per block asked for; null: missed (or not yet)
+  std::vector<char> load_answered;
+  int64_t load_pending = 0;
+  Clock::time_point load_started;
 
   // KV accounting: bytes charged to this request (sequence state, private blocks, private snapshot)
   // for positions up to `reserved`.

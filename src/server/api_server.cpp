@@ -672,6 +672,17 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       spec.sampling.stream_key = random_u64();
     }
     spec.stop_token_ids.clear();
+    // The KV store keeps a request's blocks for its traffic class's TTL (README.md, "KV store"): the
+    // header names it; without one, a request that declares tools is agent traffic, any other chat.
+    const std::string_view traffic = ex->request().header("x-dsinfer-traffic-class");
+    if (traffic == "agent" || traffic == "chat") {
+      spec.traffic_class = std::string(traffic);
+    } else if (!traffic.empty()) {
+      throw_api_error(400, "X-DSInfer-Traffic-Class must be agent or chat", "invalid_value");
+    } else {
+      const auto tools = body.find("tools");
+      spec.traffic_class = tools != body.end() && tools->is_array() && !tools->empty() ? "agent" : "chat";
+    }
   } catch (const ApiException& e) {
     ApiError err = e.error();
     return fail(err.status, error_body(flavor, err), "invalid");

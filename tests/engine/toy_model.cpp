@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -233,6 +234,39 @@ bool ToyModel::adopt_block(SequenceState& seq, int64_t index, const std::shared_
   DSINFER_CHECK(b->summary == s.blocks[index]->summary, "toy: adopted block ", index, " differs");
   s.blocks[index] = b;
   return true;
+}
+
+namespace {
+// Toy export format: magic, version, block index, the summary.
+constexpr uint32_t kToyBlockMagic = 0x4B4C4254;  // "TBLK"
+constexpr uint32_t kToyBlockVersion = 1;
+constexpr size_t kToyBlockBytes = 4 + 4 + 8 + sizeof(ToyModel::Vec);
+}  // namespace
+
+std::vector<uint8_t> ToyModel::export_block(const KvBlock& block) {
+  const auto* b = dynamic_cast<const Block*>(&block);
+  DSINFER_CHECK(b != nullptr, "toy: export of a foreign block");
+  std::vector<uint8_t> out(kToyBlockBytes);
+  std::memcpy(out.data(), &kToyBlockMagic, 4);
+  std::memcpy(out.data() + 4, &kToyBlockVersion, 4);
+  std::memcpy(out.data() + 8, &b->index, 8);
+  std::memcpy(out.data() + 16, b->summary.data(), sizeof(Vec));
+  return out;
+}
+
+std::shared_ptr<const KvBlock> ToyModel::import_block(int64_t index, std::span<const uint8_t> bytes) {
+  DSINFER_CHECK(bytes.size() == kToyBlockBytes, "toy: block bytes of size ", bytes.size());
+  uint32_t magic = 0, version = 0;
+  int64_t stored_index = -1;
+  std::memcpy(&magic, bytes.data(), 4);
+  std::memcpy(&version, bytes.data() + 4, 4);
+  std::memcpy(&stored_index, bytes.data() + 8, 8);
+  DSINFER_CHECK(magic == kToyBlockMagic && version == kToyBlockVersion && stored_index == index,
+                "toy: foreign block bytes");
+  Vec summary;
+  std::memcpy(summary.data(), bytes.data() + 16, sizeof(Vec));
+  ++imported_blocks_;
+  return std::make_shared<const Block>(index, summary, live_blocks_);
 }
 
 std::shared_ptr<const WindowSnapshot> ToyModel::snapshot(const SequenceState& seq) {

@@ -48,6 +48,8 @@ class ToyModel final : public ModelRunner {
   void truncate(SequenceState& seq, int64_t length) override;
   std::shared_ptr<const KvBlock> block(const SequenceState& seq, int64_t index) override;
   bool adopt_block(SequenceState& seq, int64_t index, const std::shared_ptr<const KvBlock>& shared) override;
+  std::vector<uint8_t> export_block(const KvBlock& block) override;
+  std::shared_ptr<const KvBlock> import_block(int64_t index, std::span<const uint8_t> bytes) override;
   std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& seq) override;
   void attach(SequenceState& seq, std::span<const std::shared_ptr<const KvBlock>> blocks,
               const WindowSnapshot* snapshot) override;
@@ -65,6 +67,7 @@ class ToyModel final : public ModelRunner {
   int64_t tokens_fed() const { return tokens_fed_; }
   int64_t max_step_tokens() const { return max_step_tokens_; }
   int64_t live_sequences() const { return static_cast<int64_t>(seqs_.size()); }
+  int64_t imported_blocks() const { return imported_blocks_.load(); }
 
   // Row logits of one position, for tests that compute expectations independently of the engine.
   std::vector<float> reference_logits(const std::vector<int32_t>& tokens);
@@ -86,6 +89,7 @@ class ToyModel final : public ModelRunner {
   std::set<const Seq*> seqs_;  // the engine never calls the model from two threads at once
   std::shared_ptr<std::atomic<int64_t>> live_blocks_, live_snapshots_;
   std::atomic<int64_t> peak_bytes_{0};
+  std::atomic<int64_t> imported_blocks_{0};  // import_block runs on a store's I/O thread
 };
 
 }  // namespace dsinfer::engine::testing

@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/targets.h"
+#include "model/deepseek_v4/compressed_block.h"
 
 namespace dsinfer::engine {
 namespace {
@@ -139,6 +140,17 @@ class V4Runner final : public ModelRunner {
     DSINFER_CHECK(index >= 0 && index < static_cast<int64_t>(blocks.size()), "block ", index,
                   " of the sequence is not complete (", blocks.size(), " full blocks)");
     return std::make_shared<V4Block>(blocks[index]);
+  }
+
+  // CompressedBlock's own checked frame (magic, version, layout string, index, checksum).
+  std::vector<uint8_t> export_block(const KvBlock& block) override {
+    const auto* vb = dynamic_cast<const V4Block*>(&block);
+    DSINFER_CHECK(vb != nullptr, "export_block: a block that this model did not make");
+    return vb->ref->serialize();
+  }
+
+  std::shared_ptr<const KvBlock> import_block(int64_t index, std::span<const uint8_t> bytes) override {
+    return std::make_shared<V4Block>(v4::CompressedBlock::from_bytes(model_->shape().blocks, index, bytes));
   }
 
   std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& seq_state) override {

@@ -101,10 +101,9 @@ void apply_kv_store_flags(const KvStoreFlags& f, engine::EngineOptions& options)
   o.gc_interval_ns = f.gc_interval_ns;
   o.gc_capacity_bytes = f.capacity_bytes;
   options.kv_connector = std::make_shared<engine::StoreConnector>(std::move(o));
-  std::printf("dsinfer: KV store %s (TTL %s%s), SWA pool %lld bytes\n", f.dir.c_str(), f.ttl.c_str(),
+  std::fprintf(stderr, "dsinfer: KV store %s (TTL %s%s), SWA pool %lld bytes\n", f.dir.c_str(), f.ttl.c_str(),
               f.capacity_bytes > 0 ? core::str_cat(", cap ", f.capacity_bytes, " bytes").c_str() : "",
               static_cast<long long>(f.pool_bytes));
-  std::fflush(stdout);
 #else
   (void)options;
   core::fail("this build has no KV store (src/kvstore)");

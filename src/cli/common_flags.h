@@ -72,7 +72,7 @@ struct KvStoreFlags {
 // `default_dir`: the store used unless --kv-store or --no-kv-store says otherwise ("" = off by default).
 void add_kv_store_flags(Args& args, const std::string& default_dir_help);
 KvStoreFlags read_kv_store_flags(const Args& args, const std::string& default_dir);
-// Sets options.kv_connector from the flags (nothing when the store is off); says on stdout what it uses.
+// Sets options.kv_connector from the flags (nothing when the store is off); says on stderr what it uses.
 void apply_kv_store_flags(const KvStoreFlags& flags, engine::EngineOptions& options);
 
 }  // namespace dsinfer::cli

@@ -653,7 +653,7 @@ void EngineCore::launch(StepPlan& p) {
     r.chain.assign(a.match.nodes.begin(), a.match.nodes.begin() + a.use_blocks);
     a.match = {};
     if (a.use_blocks > 0) ++(a.with_snapshot ? exact_hits_ : replay_hits_);
-    r.replayed = a.use_blocks > 0 && !a.with_snapshot;
+    r.replayed = r.replayed || (a.use_blocks > 0 && !a.with_snapshot);  // sticky: its later blocks inherit it
     if (!r.cache_counted) {
       r.cached_tokens = r.fed;
       cached_tokens_total_ += r.fed;

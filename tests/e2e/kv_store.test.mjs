@@ -4,10 +4,11 @@
 // bitwise equality with a pooled snapshot is checked in tests/engine (EngineV4KvStore).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { MODEL, metrics, startServer, waitFor } from './harness.mjs';
+import { MODEL, env, metrics, startServer, waitFor } from './harness.mjs';
 
 // 600 token ids: 4 full 128-token blocks that can end a resume ((600 - 1) / 128).
 const PROMPT = Array.from({ length: 600 }, (_, i) => 1000 + ((i * 7919) % 20000));
@@ -59,6 +60,59 @@ test('two serve processes share one KV store directory; a restarted one still hi
   } finally {
     await first.stop();
     if (second) await second.stop();
+    fs.rmSync(store, { recursive: true, force: true });
+  }
+});
+
+// `dsinfer kvstore stat DIR`: records per traffic class.
+function recordsOf(store) {
+  const out = execFileSync(env('DSINFER_BIN'), ['kvstore', 'stat', store], { encoding: 'utf8' });
+  const count = (cls) => Number((out.match(new RegExp(`${cls}\\s+records (\\d+)`)) || [0, 0])[1]);
+  return { agent: count('agent'), chat: count('chat') };
+}
+
+test('the traffic class: the header, else agent for a request with tools, else chat', async () => {
+  const store = fs.mkdtempSync(path.join(os.tmpdir(), 'dsinfer-kvstore-class-'));
+  const server = await startServer(['--kv-store', store]);
+  const chat = async (seed, tools, headers = {}) => {
+    const body = {
+      model: MODEL, max_tokens: 1, temperature: 0,
+      // ~700 tokens of its own: full blocks to store, none shared with the other requests
+      messages: [{ role: 'user', content: Array.from({ length: 350 }, (_, i) => `w${seed}x${i}`).join(' ') }],
+    };
+    if (tools) body.tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }];
+    const r = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body),
+    });
+    assert.equal(r.status, 200, await r.clone().text());
+    return r.json();
+  };
+  try {
+    // Every block the engine handed to the store (saved) has been written (or was already there).
+    let saved = 0;
+    const settle = async (what) => {
+      await waitFor(async () => {
+        const m = await metrics(server);
+        const now = m.get('dsinfer_engine_kv_store_blocks_saved_total');
+        const done = m.get('dsinfer_engine_kv_store_records_written_total') + m.get('dsinfer_engine_kv_store_writes_existing_total');
+        if (now > saved && done === now) { saved = now; return true; }
+        return false;
+      }, { what });
+    };
+    await chat(1, false);
+    await settle('the chat request stored');
+    const afterChat = recordsOf(store);
+    assert.ok(afterChat.chat > 0 && afterChat.agent === 0, JSON.stringify(afterChat));
+    await chat(2, true);
+    await settle('the request with tools stored');
+    const afterTools = recordsOf(store);
+    assert.ok(afterTools.agent > 0 && afterTools.chat === afterChat.chat, JSON.stringify(afterTools));
+    await chat(3, true, { 'x-dsinfer-traffic-class': 'chat' });  // the header wins
+    await settle('the request with a header stored');
+    const afterHeader = recordsOf(store);
+    assert.ok(afterHeader.chat > afterChat.chat && afterHeader.agent === afterTools.agent, JSON.stringify(afterHeader));
+  } finally {
+    await server.stop();
     fs.rmSync(store, { recursive: true, force: true });
   }
 });

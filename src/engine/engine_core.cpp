@@ -935,8 +935,10 @@ void EngineCore::publish(Request& r) {
       break;
     }
     r.chain.push_back(node);
-    // Only exact blocks leave the process: one computed after a bounded replay carries its approximation.
-    if (inserted && connector_ && !r.replayed) save_block(r, b, node, parent, *block);
+    // Like the memory cache, the store gets blocks computed after a bounded replay too (they carry its
+    // approximation; swa_replay = false keeps every block exact): a long shared system prompt would
+    // otherwise keep every conversation behind it out of the store.
+    if (inserted && connector_) save_block(r, b, node, parent, *block);
   }
   recharge(r);
 }
@@ -962,7 +964,7 @@ void EngineCore::take_snapshot(Request& r) {
   recharge(r);
   if (!make_room(info_.snapshot_bytes)) return;
   std::shared_ptr<const WindowSnapshot> snap = model_->snapshot(*r.seq);
-  if (connector_ && !r.replayed) {
+  if (connector_) {
     try {
       connector_->save_snapshot(node, snap);
     } catch (...) {

@@ -44,7 +44,7 @@ struct Request {
   std::shared_ptr<const WindowSnapshot> latest_snapshot;  // private, at a block boundary
   int64_t cached_tokens = 0;     // prompt tokens not computed thanks to the cache (first admission)
   bool cache_counted = false;
-  bool replayed = false;         // resumed by bounded replay: its blocks are approximate, none is saved
+  bool replayed = false;         // resumed by bounded replay: its blocks only approximate cached twins
 
   // KV connector load (state kLoading): blocks load_from .. of the prompt, keyed load_keys[load_from ..].
   std::vector<uint64_t> load_keys;  // chain hashes of the prompt's full blocks (all of them)

@@ -165,7 +165,7 @@ TEST(EngineKvStore, AStoreHitWithAPoolSnapshotEqualsTheColdRunGreedyAndSampled) 
   }
 }
 
-TEST(EngineKvStore, WithoutAPoolSnapshotAStoreHitIsABoundedReplayAndIsNotSavedAgain) {
+TEST(EngineKvStore, WithoutAPoolSnapshotAStoreHitIsABoundedReplayAndRewritesNothing) {
   ToyConfig cfg;
   auto model = std::make_shared<ToyModel>(cfg);
   KvTempDir dir;

@@ -65,6 +65,49 @@ TEST(CliFlags, DefaultsAndValues) {
   EXPECT_TRUE(read_model_flags(defaults, /*required=*/false).dir.empty());
 }
 
+TEST(CliFlags, KvStoreFlags) {
+  auto command = [] {
+    Args args("test", "a command with the KV store flags");
+    add_kv_store_flags(args, "$HOME/kvstore");
+    return args;
+  };
+  Args defaults = command();
+  ASSERT_TRUE(parse(defaults, {}));
+  KvStoreFlags f = read_kv_store_flags(defaults, "/home/kvstore");
+  EXPECT_EQ(f.dir, "/home/kvstore");  // serve's default
+  EXPECT_EQ(f.capacity_bytes, 0);
+  EXPECT_EQ(f.ttl, "agent=3d,chat=7d");
+  EXPECT_EQ(f.pool_bytes, int64_t{1} << 30);
+  EXPECT_EQ(f.pool_ttl_ns, int64_t{180} * 1'000'000'000);
+  EXPECT_EQ(f.gc_interval_ns, int64_t{600} * 1'000'000'000);
+  EXPECT_TRUE(read_kv_store_flags(defaults, "").dir.empty());  // generate's default: off
+
+  Args set = command();
+  ASSERT_TRUE(parse(set, {"--kv-store", "/mnt/3fs/kv", "--kv-store-bytes", "2G", "--kv-ttl", "agent=1h",
+                          "--swa-pool-bytes", "0", "--swa-ttl", "5m", "--kv-gc-interval", "0"}));
+  f = read_kv_store_flags(set, "/home/kvstore");
+  EXPECT_EQ(f.dir, "/mnt/3fs/kv");
+  EXPECT_EQ(f.capacity_bytes, int64_t{2} << 30);
+  EXPECT_EQ(f.ttl, "agent=1h");
+  EXPECT_EQ(f.pool_bytes, 0);
+  EXPECT_EQ(f.pool_ttl_ns, int64_t{300} * 1'000'000'000);
+  EXPECT_EQ(f.gc_interval_ns, 0);
+
+  Args off = command();
+  ASSERT_TRUE(parse(off, {"--no-kv-store"}));
+  EXPECT_TRUE(read_kv_store_flags(off, "/home/kvstore").dir.empty());
+  engine::EngineOptions eo;
+  apply_kv_store_flags(read_kv_store_flags(off, "/home/kvstore"), eo);
+  EXPECT_EQ(eo.kv_connector, nullptr);
+
+  Args both = command();
+  ASSERT_TRUE(parse(both, {"--no-kv-store", "--kv-store", "/x"}));
+  EXPECT_NE(error_of([&] { read_kv_store_flags(both, ""); }).find("exclude each other"), std::string::npos);
+  Args bad_ttl = command();
+  ASSERT_TRUE(parse(bad_ttl, {"--kv-ttl", "batch=1d"}));
+  EXPECT_ANY_THROW(read_kv_store_flags(bad_ttl, ""));
+}
+
 TEST(CliFlags, AbsurdSizesAreClearErrorsNotOverflows) {
   struct Case {
     std::vector<std::string> argv;

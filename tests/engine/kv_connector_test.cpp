@@ -4,10 +4,13 @@
 // cancellation while loading fall back without changing an answer.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/kvstore/kv_connector_store.h"
@@ -306,6 +309,30 @@ TEST(EngineKvStore, ALoadThatNeverAnswersTimesOutIntoAColdPrefill) {
   EXPECT_EQ(out[0].cached, 0);
   EXPECT_EQ(metric(*engine, "kv_store_load_timeouts_total"), 1);
   connector->drop_pending();
+}
+
+TEST(EngineKvStore, TheConnectorsCollectorExpiresRecordsOnItsTimer) {
+  ToyConfig cfg;
+  auto model = std::make_shared<ToyModel>(cfg);
+  KvTempDir dir;
+  std::atomic<int64_t> now{int64_t{1'780'000'000} * kvstore::kNsPerSecond};
+  StoreConnectorOptions o;
+  o.store.dir = dir.path();
+  o.store.clock = [&now] { return now.load(); };
+  o.gc_interval_ns = 1'000'000;  // 1 ms
+  auto connector = std::make_shared<StoreConnector>(o);
+  {
+    auto engine = make_engine(model, kv_options(connector));
+    ASSERT_EQ(run_all(*engine, {long_request(4)}).size(), 1u);
+  }
+  connector->store().flush();
+  ASSERT_EQ(kv_records(dir.path()).size(), 5u);
+  now += 8 * 86400 * kvstore::kNsPerSecond;  // past both TTLs (agent 3 d, chat 7 d)
+  for (int i = 0; i < 60000 && connector->store().stats().gc_expired.load() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polls a condition; the bound is only a guard
+  }
+  EXPECT_EQ(connector->store().stats().gc_expired.load(), 5);
+  EXPECT_TRUE(kv_records(dir.path()).empty());
 }
 
 }  // namespace

@@ -38,6 +38,8 @@ void add_engine_flags(Args& args, const EngineFlagDefaults& d) {
   args.option("max-queue", "N", "requests waiting in the engine; beyond it they are refused",
               std::to_string(d.max_queue));
   args.flag("no-prefix-cache", "do not reuse KV blocks across requests");
+  args.flag("no-swa-replay", "a cached prefix without a window snapshot is recomputed instead of resumed by SWA "
+            "bounded replay (approximate): every answer is exactly a cold run's");
   args.flag("speculation", "MTP speculative decoding (lossless)");
   args.option("draft-tokens", "N", "draft tokens per step with --speculation", "1");
 }
@@ -49,6 +51,7 @@ EngineFlags read_engine_flags(const Args& args) {
   f.max_running = static_cast<int32_t>(args.get_int("max-running", 1, kMaxRunning));
   f.max_queue = static_cast<int32_t>(args.get_int("max-queue", 1, kMaxQueue));
   f.prefix_cache = !args.has("no-prefix-cache");
+  f.swa_replay = !args.has("no-swa-replay");
   f.speculation = args.has("speculation");
   f.draft_tokens = static_cast<int32_t>(args.get_int("draft-tokens", 1, kMaxDraftTokens));
   return f;

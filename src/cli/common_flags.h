@@ -2,6 +2,7 @@
 // spells, documents and bounds the same way:
 //   model:  --model DIR, --numerics exact|reference, --no-kv-qdq, --threads N
 //   engine: --kv-budget-mib MIB, --max-batch-tokens N, --max-running N, --max-queue N, --no-prefix-cache,
+//           --no-swa-replay,
 //           --speculation, --draft-tokens N
 //   KV store (serve, generate): --kv-store DIR, --no-kv-store, --kv-store-bytes N, --kv-ttl SPEC,
 //           --swa-pool-bytes N, --swa-ttl D, --kv-gc-interval D
@@ -51,6 +52,7 @@ struct EngineFlags {
   int32_t max_running = 0;
   int32_t max_queue = 0;
   bool prefix_cache = true;
+  bool swa_replay = true;
   bool speculation = false;
   int32_t draft_tokens = 1;
 };

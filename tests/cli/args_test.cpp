@@ -56,11 +56,15 @@ TEST(CliFlags, DefaultsAndValues) {
   EXPECT_EQ(e.max_running, 64);
   EXPECT_EQ(e.max_queue, 4096);
   EXPECT_FALSE(e.prefix_cache);
+  EXPECT_TRUE(e.swa_replay);
   EXPECT_FALSE(e.speculation);
 
   Args defaults = model_command();
   ASSERT_TRUE(parse(defaults, {}));
   EXPECT_EQ(read_engine_flags(defaults).kv_budget_bytes, int64_t{4096} << 20);
+  Args exact = model_command();
+  ASSERT_TRUE(parse(exact, {"--no-swa-replay"}));
+  EXPECT_FALSE(read_engine_flags(exact).swa_replay);
   EXPECT_NE(error_of([&] { read_model_flags(defaults); }).find("missing required flag --model"), std::string::npos);
   EXPECT_TRUE(read_model_flags(defaults, /*required=*/false).dir.empty());
 }

@@ -1,0 +1,138 @@
+#include "grammar/token_matcher.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer::grammar {
+
+Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes, std::vector<int32_t> eos_ids,
+                       const std::vector<int32_t>& excluded)
+    : size_(static_cast<int32_t>(token_bytes.size())), eos_ids_(std::move(eos_ids)), bytes_(token_bytes) {
+  in_trie_.assign(size_, 0);
+  for (int32_t id = 0; id < size_; ++id) in_trie_[id] = !bytes_[id].empty();
+  for (int32_t id : excluded) {
+    if (id >= 0 && id < size_) in_trie_[id] = 0;
+  }
+  for (int32_t id : eos_ids_) {
+    DSINFER_CHECK(id >= 0 && id < size_, "end-of-text id ", id, " outside the vocabulary of ", size_);
+    in_trie_[id] = 0;
+  }
+  // Preorder trie from the sorted spellings: each spelling shares its longest common prefix with the one
+  // before, so only the nodes past that prefix are new.
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < size_; ++id) {
+    if (in_trie_[id]) order.push_back(id);
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return bytes_[a] != bytes_[b] ? bytes_[a] < bytes_[b] : a < b;
+  });
+  std::vector<uint32_t> path;  // node index per depth of the previous spelling
+  const std::string* prev = nullptr;
+  for (int32_t id : order) {
+    const std::string& s = bytes_[id];
+    size_t common = 0;
+    if (prev != nullptr) {
+      while (common < prev->size() && common < s.size() && (*prev)[common] == s[common]) ++common;
+    }
+    DSINFER_CHECK(s.size() < 65536, "token ", id, " longer than 65535 bytes");
+    for (size_t d = common; d < path.size(); ++d) nodes_[path[d]].end = static_cast<uint32_t>(nodes_.size());
+    path.resize(common);
+    for (size_t d = common; d < s.size(); ++d) {
+      path.push_back(static_cast<uint32_t>(nodes_.size()));
+      uint32_t at = static_cast<uint32_t>(ids_.size());
+      nodes_.push_back({static_cast<uint8_t>(s[d]), static_cast<uint16_t>(d + 1), 0, at, at});
+    }
+    ids_.push_back(id);
+    // A spelling's ids follow its node's creation at once (a prefix sorts first), duplicates included.
+    nodes_[path.back()].ids_end = static_cast<uint32_t>(ids_.size());
+    prev = &s;
+  }
+  for (uint32_t n : path) nodes_[n].end = static_cast<uint32_t>(nodes_.size());
+}
+
+std::shared_ptr<const Vocabulary> Vocabulary::from_tokenizer(const tokenizer::Tokenizer& tok,
+                                                             std::vector<int32_t> eos_ids) {
+  std::vector<std::string> bytes(static_cast<size_t>(tok.vocab_size()));
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (tok.is_known(id)) bytes[id] = std::string(tok.token_bytes(id));
+  }
+  std::vector<int32_t> excluded;
+  for (const auto& t : tok.added_tokens()) excluded.push_back(t.id);
+  return std::make_shared<const Vocabulary>(bytes, std::move(eos_ids), excluded);
+}
+
+TokenMatcher::TokenMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab)
+    : vocab_(std::move(vocab)), matcher_(std::move(grammar)) {}
+
+bool TokenMatcher::is_eos(int32_t id) const {
+  const auto& e = vocab_->eos_ids();
+  return std::find(e.begin(), e.end(), id) != e.end();
+}
+
+void TokenMatcher::fill_mask(std::span<uint32_t> words) {
+  DSINFER_CHECK_INTERNAL(words.size() * 32 >= static_cast<size_t>(vocab_->size()), "token mask too small");
+  std::fill(words.begin(), words.end(), 0u);
+  auto allow = [&](int32_t id) { words[id >> 5] |= 1u << (id & 31); };
+  bool any = false;
+  if (!terminated()) {
+    const auto& nodes = vocab_->nodes();
+    const auto& ids = vocab_->ids();
+    size_t depth = 0;  // bytes pushed on the matcher for the walk
+    ByteSet first = matcher_.allowed_bytes();
+    for (uint32_t i = 0; i < nodes.size();) {
+      const Vocabulary::Node& n = nodes[i];
+      if (n.depth == 1 && !first.has(n.byte)) {  // most first bytes die here without touching the matcher
+        matcher_.rollback(depth);
+        depth = 0;
+        i = n.end;
+        continue;
+      }
+      if (depth >= n.depth) {
+        matcher_.rollback(depth - (n.depth - 1));
+        depth = n.depth - 1;
+      }
+      if (matcher_.accept_byte(n.byte)) {
+        ++depth;
+        for (uint32_t k = n.ids_begin; k < n.ids_end; ++k) allow(ids[k]);
+        any = any || n.ids_end > n.ids_begin;
+        ++i;
+      } else {
+        i = n.end;
+      }
+    }
+    matcher_.rollback(depth);
+  }
+  if (terminated() || matcher_.is_complete() || !any) {
+    for (int32_t id : vocab_->eos_ids()) allow(id);
+  }
+}
+
+bool TokenMatcher::accept_token(int32_t id) {
+  if (terminated() || id < 0 || id >= vocab_->size()) return false;
+  if (is_eos(id)) {
+    if (!matcher_.is_complete()) return false;
+    terminated_at_ = tokens_accepted();
+    token_bytes_.push_back(0);
+    return true;
+  }
+  if (!vocab_->in_trie(id)) return false;
+  const std::string& b = vocab_->bytes_of(id);
+  if (!matcher_.accept_bytes(b)) return false;
+  token_bytes_.push_back(static_cast<uint32_t>(b.size()));
+  return true;
+}
+
+void TokenMatcher::rollback(int32_t n) {
+  DSINFER_CHECK_INTERNAL(n >= 0 && n <= tokens_accepted(), "grammar rollback of ", n, " tokens");
+  size_t bytes = 0;
+  for (int32_t k = 0; k < n; ++k) {
+    bytes += token_bytes_.back();
+    token_bytes_.pop_back();
+  }
+  if (terminated_at_ >= tokens_accepted()) terminated_at_ = -1;
+  matcher_.rollback(bytes);
+}
+
+}  // namespace dsinfer::grammar

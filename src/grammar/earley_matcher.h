@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -33,17 +34,23 @@ class EarleyMatcher {
 
   const Grammar& grammar() const { return *g_; }
 
- private:
+  // An Earley item: production, dot, and the position (bytes accepted) where the production started.
   struct Item {
     uint32_t prod;
     uint32_t dot;
     uint32_t origin;
   };
+  static constexpr Symbol kNone = INT32_MIN;
+  // The items of the current position (what the next byte is matched against).
+  std::span<const Item> last_set() const {
+    return std::span<const Item>(items_.data() + set_begin_.back(), items_.size() - set_begin_.back());
+  }
   Symbol next_symbol(const Item& it) const {
     const auto& rhs = g_->productions[it.prod].rhs;
     return it.dot < rhs.size() ? rhs[it.dot] : kNone;
   }
-  static constexpr Symbol kNone = INT32_MIN;
+
+ private:
   void add(const Item& it);
   void close();  // completes and predicts the set being built
 

@@ -71,6 +71,35 @@ bool TokenMatcher::is_eos(int32_t id) const {
   return std::find(e.begin(), e.end(), id) != e.end();
 }
 
+// Canonical content of the matcher's last set: its items that still wait for something (completed ones
+// never act again), sorted, each origin written as an absolute position when it lies in the committed
+// input (at or before `base`), as the interned state of the walk's set there when it lies inside the
+// walk, or as "here". Equal content means equal futures: completion reads only the origin sets.
+uint32_t TokenMatcher::intern_last_set(size_t base, const std::vector<uint32_t>& path_state) {
+  const size_t here = matcher_.bytes_accepted();
+  struct Key {
+    uint32_t prod, dot, tag, origin;
+    bool operator<(const Key& o) const {
+      return prod != o.prod ? prod < o.prod : dot != o.dot ? dot < o.dot : tag != o.tag ? tag < o.tag : origin < o.origin;
+    }
+  };
+  std::vector<Key> keys;
+  for (const EarleyMatcher::Item& it : matcher_.last_set()) {
+    if (matcher_.next_symbol(it) == EarleyMatcher::kNone) continue;
+    if (it.origin <= base) {
+      keys.push_back({it.prod, it.dot, 0, it.origin});
+    } else if (it.origin == here) {
+      keys.push_back({it.prod, it.dot, 2, 0});
+    } else {
+      keys.push_back({it.prod, it.dot, 1, path_state[it.origin - base]});
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  key_.assign(reinterpret_cast<const char*>(keys.data()), keys.size() * sizeof(Key));
+  auto [pos, inserted] = states_.emplace(key_, static_cast<uint32_t>(states_.size()));
+  return pos->second;
+}
+
 void TokenMatcher::fill_mask(std::span<uint32_t> words) {
   DSINFER_CHECK_INTERNAL(words.size() * 32 >= static_cast<size_t>(vocab_->size()), "token mask too small");
   std::fill(words.begin(), words.end(), 0u);
@@ -79,30 +108,56 @@ void TokenMatcher::fill_mask(std::span<uint32_t> words) {
   if (!terminated()) {
     const auto& nodes = vocab_->nodes();
     const auto& ids = vocab_->ids();
-    size_t depth = 0;  // bytes pushed on the matcher for the walk
+    const size_t base = matcher_.bytes_accepted();
+    states_.clear();
+    transitions_.clear();
+    std::vector<uint32_t> path_state{intern_last_set(base, {})};  // per walk depth: its interned state
+    std::vector<uint8_t> path;                                    // the bytes of the walk's path
+    size_t real = 0;  // path bytes actually pushed on the matcher (a prefix of the path)
     ByteSet first = matcher_.allowed_bytes();
     for (uint32_t i = 0; i < nodes.size();) {
       const Vocabulary::Node& n = nodes[i];
-      if (n.depth == 1 && !first.has(n.byte)) {  // most first bytes die here without touching the matcher
-        matcher_.rollback(depth);
-        depth = 0;
+      if (n.depth == 1 && !first.has(n.byte)) {  // most first bytes die here
         i = n.end;
         continue;
       }
-      if (depth >= n.depth) {
-        matcher_.rollback(depth - (n.depth - 1));
-        depth = n.depth - 1;
+      const size_t parent_depth = n.depth - 1u;
+      path.resize(parent_depth);
+      path_state.resize(parent_depth + 1);
+      if (real > parent_depth) {  // the matcher must stay on a prefix of the path
+        matcher_.rollback(real - parent_depth);
+        real = parent_depth;
       }
-      if (matcher_.accept_byte(n.byte)) {
-        ++depth;
-        for (uint32_t k = n.ids_begin; k < n.ids_end; ++k) allow(ids[k]);
-        any = any || n.ids_end > n.ids_begin;
-        ++i;
+      const uint64_t key = (uint64_t{path_state[parent_depth]} << 8) | n.byte;
+      auto t = transitions_.find(key);
+      int32_t next;
+      if (t != transitions_.end()) {
+        next = t->second;
       } else {
-        i = n.end;
+        // Bring the matcher to the parent (replaying cached steps), then take one real Earley step.
+        for (; real < parent_depth; ++real) {
+          const bool ok = matcher_.accept_byte(path[real]);
+          DSINFER_CHECK_INTERNAL(ok, "grammar walk: a cached transition did not replay");
+        }
+        if (matcher_.accept_byte(n.byte)) {
+          ++real;
+          next = static_cast<int32_t>(intern_last_set(base, path_state));
+        } else {
+          next = -1;
+        }
+        transitions_.emplace(key, next);
       }
+      if (next < 0) {
+        i = n.end;
+        continue;
+      }
+      path.push_back(n.byte);
+      path_state.push_back(static_cast<uint32_t>(next));
+      for (uint32_t k = n.ids_begin; k < n.ids_end; ++k) allow(ids[k]);
+      any = any || n.ids_end > n.ids_begin;
+      ++i;
     }
-    matcher_.rollback(depth);
+    matcher_.rollback(real);
   }
   if (terminated() || matcher_.is_complete() || !any) {
     for (int32_t id : vocab_->eos_ids()) allow(id);

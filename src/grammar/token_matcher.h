@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/earley_matcher.h"
@@ -76,8 +77,16 @@ class TokenMatcher {
   const Vocabulary& vocabulary() const { return *vocab_; }
 
  private:
+  uint32_t intern_last_set(size_t base, const std::vector<uint32_t>& path_state);
+
   std::shared_ptr<const Vocabulary> vocab_;
   EarleyMatcher matcher_;
+  // fill_mask's walk as a lazily built automaton: Earley sets reached during the walk are interned by
+  // their canonical content, and (state, byte) transitions cached, so most trie nodes cost one lookup
+  // instead of an Earley step (inside a JSON string nearly every token leads to the same state).
+  std::unordered_map<std::string, uint32_t> states_;
+  std::unordered_map<uint64_t, int32_t> transitions_;  // (state << 8 | byte) -> state, or -1: rejected
+  std::string key_;
   std::vector<uint32_t> token_bytes_;  // per accepted token: bytes it added (0 for end of text)
   int32_t terminated_at_ = -1;         // token index of the accepted end of text
 };

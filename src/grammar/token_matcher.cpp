@@ -165,7 +165,12 @@ void TokenMatcher::fill_mask(std::span<uint32_t> words) {
 }
 
 bool TokenMatcher::accept_token(int32_t id) {
-  if (terminated() || id < 0 || id >= vocab_->size()) return false;
+  if (id < 0 || id >= vocab_->size()) return false;
+  if (terminated()) {  // only end of text again (a request that ignores it keeps drawing it)
+    if (!is_eos(id)) return false;
+    token_bytes_.push_back(0);
+    return true;
+  }
   if (is_eos(id)) {
     if (!matcher_.is_complete()) return false;
     terminated_at_ = tokens_accepted();

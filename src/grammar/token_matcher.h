@@ -66,7 +66,8 @@ class TokenMatcher {
   // grammar is complete every end-of-text id is allowed, and after end of text (or should the grammar
   // offer nothing, which a checked grammar cannot) only end-of-text ids.
   void fill_mask(std::span<uint32_t> words);
-  // Accepts the token if allowed (end-of-text only when the grammar is complete); false changes nothing.
+  // Accepts the token if allowed (end-of-text only when the grammar is complete; after it, only
+  // end-of-text again); false changes nothing.
   bool accept_token(int32_t id);
   // Undoes the last n accepted tokens.
   void rollback(int32_t n);

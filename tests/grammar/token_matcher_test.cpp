@@ -42,6 +42,10 @@ TEST(TokenMatcher, MaskFollowsTheGrammar) {
   EXPECT_TRUE(m.terminated());
   EXPECT_EQ(allowed(m), (std::set<int32_t>{9}));
   EXPECT_FALSE(m.accept_token(5));
+  EXPECT_TRUE(m.accept_token(9));  // what the mask offers is accepted
+  m.rollback(2);
+  EXPECT_FALSE(m.terminated());
+  EXPECT_EQ(allowed(m), (std::set<int32_t>{5, 9}));
 }
 
 TEST(TokenMatcher, EndOfTextOnlyWhenComplete) {

@@ -172,7 +172,7 @@ class EbnfParser {
         if (s_.eat(']')) break;
         uint32_t lo = s_.eat('\\') ? parse_escape() : s_.next_code_point();
         uint32_t hi = lo;
-        if (s_.peek() == '-' && s_.peek(1) != ']' && !s_.done()) {
+        if (s_.remaining() >= 2 && s_.peek() == '-' && s_.peek(1) != ']') {
           s_.next();
           hi = s_.eat('\\') ? parse_escape() : s_.next_code_point();
           if (hi < lo) s_.fail_at(at, "character range out of order");

@@ -211,7 +211,7 @@ class RegexParser {
         lo = s_.next_code_point();
       }
       uint32_t hi = lo;
-      if (s_.peek() == '-' && s_.peek(1) != ']' && !s_.done()) {
+      if (s_.remaining() >= 2 && s_.peek() == '-' && s_.peek(1) != ']') {
         s_.next();
         if (s_.eat('\\')) {
           std::vector<CodeRange> esc;

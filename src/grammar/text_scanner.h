@@ -13,6 +13,7 @@ class TextScanner {
   TextScanner(std::string_view text, std::string what) : text_(text), what_(std::move(what)) {}
 
   bool done() const { return pos_ >= text_.size(); }
+  size_t remaining() const { return done() ? 0 : text_.size() - pos_; }
   char peek(size_t ahead = 0) const { return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0'; }
   char next() { return text_[pos_++]; }
   bool eat(char c) {

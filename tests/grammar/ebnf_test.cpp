@@ -88,6 +88,7 @@ TEST(Ebnf, ClassesEscapesAndUnicode) {
 TEST(Ebnf, ErrorsNameLineAndColumn) {
   EXPECT_EQ(error_of("root ::= \"a\"\nfoo ::= [ab\n"), "ebnf line 2 column 9: unterminated character class");
   EXPECT_EQ(error_of("root ::= \"a"), "ebnf line 1 column 10: unterminated string literal");
+  EXPECT_EQ(error_of("root ::= [a-"), "ebnf line 1 column 10: unterminated character class");
   EXPECT_EQ(error_of("root ::= (\"a\" | \"b\""), "ebnf line 1 column 10: unclosed '('");
   EXPECT_EQ(error_of("root = \"a\""), "ebnf line 1 column 6: expected '::=' after rule name 'root'");
   EXPECT_EQ(error_of("root ::= \"a\" @"), "ebnf line 1 column 14: unexpected '@'");

@@ -77,6 +77,7 @@ TEST(Regex, ErrorsNameTheConstruct) {
   EXPECT_EQ(error_of("\\bword"), "regex line 1 column 1: word boundary \\b is not supported");
   EXPECT_EQ(error_of("[b-a]"), "regex line 1 column 1: character range out of order");
   EXPECT_EQ(error_of("[abc"), "regex line 1 column 1: unterminated character class");
+  EXPECT_EQ(error_of("[a-"), "regex line 1 column 1: unterminated character class");
   EXPECT_EQ(error_of("a{3,1}"), "regex line 1 column 2: repeat maximum below its minimum");
   EXPECT_EQ(error_of("a^b"), "regex line 1 column 2: '^' is only supported at the start of the pattern");
   EXPECT_EQ(error_of("[]"), "regex line 1 column 1: empty character class [] matches nothing");

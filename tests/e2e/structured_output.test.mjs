@@ -5,7 +5,7 @@
 // (enums, lengths, integer ranges, item counts) so that random sampling finishes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, MODEL, npm } from './harness.mjs';
+import { startServer, metrics, MODEL, npm } from './harness.mjs';
 
 const OpenAI = npm('openai');
 const Ajv2020 = npm('ajv/dist/2020');  // JSON Schema 2020-12: prefixItems, $defs
@@ -65,6 +65,42 @@ test('sampled outputs validate against their schema (ajv)', async () => {
     }
   }
   assert.ok(finished >= 10, `only ${finished} of 20 outputs finished within max_tokens`);
+});
+
+test('under speculation outputs still validate', async () => {
+  // A second server with MTP drafts (refused drafts are rejected and rolled back in the matcher), ten
+  // requests at once. (Preemption is covered by tests/engine/constraint_test.cpp: the tiny model does not
+  // fill even a 1 MiB budget.)
+  const spec = await startServer(['--speculation', '--draft-tokens', '3']);
+  try {
+    const c = new OpenAI({ baseURL: `${spec.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
+    const jobs = [];
+    for (const [name, schema] of Object.entries(corpus)) {
+      for (let seed = 1; seed <= 2; ++seed) {
+        jobs.push(c.chat.completions.create({
+          model: MODEL, temperature: 1, seed, max_tokens: 300, thinking: { type: 'disabled' },
+          messages: [{ role: 'user', content: 'Reply in JSON.' }],
+          response_format: { type: 'json_schema', json_schema: { name: 'out', strict: true, schema } },
+        }).then((r) => ({ name, seed, r })));
+      }
+    }
+    let finished = 0;
+    for (const { name, seed, r } of await Promise.all(jobs)) {
+      const choice = r.choices[0];
+      if (choice.finish_reason !== 'stop') continue;
+      ++finished;
+      assert.ok(ajv.validate(corpus[name], JSON.parse(choice.message.content)),
+        `${name} seed ${seed}: ${choice.message.content}\n${ajv.errorsText()}`);
+    }
+    assert.ok(finished >= 5, `only ${finished} of ${jobs.length} outputs finished`);
+    const m = await metrics(spec);
+    assert.ok(m.get('dsinfer_engine_draft_tokens_total') > 0, 'drafts were proposed');
+    console.log(`drafts: ${m.get('dsinfer_engine_draft_tokens_total')}, `
+      + `accepted: ${m.get('dsinfer_engine_accepted_draft_tokens_total')}, finished: ${finished}/${jobs.length}`);
+  } finally {
+    const { code } = await spec.stop();
+    assert.equal(code, 0, `server exit code\n${spec.stderr()}`);
+  }
 });
 
 test('the SDK structured-output helper parses what the server returns', async () => {

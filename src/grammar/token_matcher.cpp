@@ -84,12 +84,14 @@ uint32_t TokenMatcher::intern_last_set(size_t base, const std::vector<uint32_t>&
     }
   };
   std::vector<Key> keys;
+  key_max_origin_ = 0;
   for (const EarleyMatcher::Item& it : matcher_.last_set()) {
     if (matcher_.next_symbol(it) == EarleyMatcher::kNone) continue;
-    if (it.origin <= base) {
-      keys.push_back({it.prod, it.dot, 0, it.origin});
-    } else if (it.origin == here) {
+    if (it.origin == here) {
       keys.push_back({it.prod, it.dot, 2, 0});
+    } else if (it.origin <= base) {
+      keys.push_back({it.prod, it.dot, 0, it.origin});
+      key_max_origin_ = std::max<size_t>(key_max_origin_, it.origin);
     } else {
       keys.push_back({it.prod, it.dot, 1, path_state[it.origin - base]});
     }
@@ -106,14 +108,36 @@ void TokenMatcher::fill_mask(std::span<uint32_t> words) {
   auto allow = [&](int32_t id) { words[id >> 5] |= 1u << (id & 31); };
   bool any = false;
   if (!terminated()) {
-    const auto& nodes = vocab_->nodes();
-    const auto& ids = vocab_->ids();
     const size_t base = matcher_.bytes_accepted();
     states_.clear();
     transitions_.clear();
     std::vector<uint32_t> path_state{intern_last_set(base, {})};  // per walk depth: its interned state
-    std::vector<uint8_t> path;                                    // the bytes of the walk's path
-    size_t real = 0;  // path bytes actually pushed on the matcher (a prefix of the path)
+    // The same canonical state as at an earlier step (inside a long string, every step): same tokens.
+    auto hit = masks_.find(key_);
+    if (hit != masks_.end()) {
+      std::copy(hit->second.words.begin(), hit->second.words.end(), words.begin());
+      any = hit->second.any;
+    } else {
+      std::string root_key = key_;
+      const size_t root_max_origin = key_max_origin_;
+      walk(words, base, path_state, any);
+      if (masks_.size() >= kMaxCachedMasks) masks_.clear();
+      masks_.emplace(std::move(root_key),
+                     CachedMask{std::vector<uint32_t>(words.begin(), words.end()), any, root_max_origin});
+    }
+  }
+  if (terminated() || matcher_.is_complete() || !any) {
+    for (int32_t id : vocab_->eos_ids()) allow(id);
+  }
+}
+
+void TokenMatcher::walk(std::span<uint32_t> words, size_t base, std::vector<uint32_t>& path_state, bool& any) {
+  auto allow = [&](int32_t id) { words[id >> 5] |= 1u << (id & 31); };
+  const auto& nodes = vocab_->nodes();
+  const auto& ids = vocab_->ids();
+  std::vector<uint8_t> path;  // the bytes of the walk's path
+  size_t real = 0;            // path bytes actually pushed on the matcher (a prefix of the path)
+  {
     ByteSet first = matcher_.allowed_bytes();
     for (uint32_t i = 0; i < nodes.size();) {
       const Vocabulary::Node& n = nodes[i];
@@ -159,9 +183,6 @@ void TokenMatcher::fill_mask(std::span<uint32_t> words) {
     }
     matcher_.rollback(real);
   }
-  if (terminated() || matcher_.is_complete() || !any) {
-    for (int32_t id : vocab_->eos_ids()) allow(id);
-  }
 }
 
 bool TokenMatcher::accept_token(int32_t id) {
@@ -193,6 +214,9 @@ void TokenMatcher::rollback(int32_t n) {
   }
   if (terminated_at_ >= tokens_accepted()) terminated_at_ = -1;
   matcher_.rollback(bytes);
+  // Masks stay valid while every position their state refers to is still in the input unchanged.
+  const size_t length = matcher_.bytes_accepted();
+  std::erase_if(masks_, [&](const auto& entry) { return entry.second.max_origin > length; });
 }
 
 }  // namespace dsinfer::grammar

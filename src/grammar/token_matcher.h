@@ -79,6 +79,7 @@ class TokenMatcher {
 
  private:
   uint32_t intern_last_set(size_t base, const std::vector<uint32_t>& path_state);
+  void walk(std::span<uint32_t> words, size_t base, std::vector<uint32_t>& path_state, bool& any);
 
   std::shared_ptr<const Vocabulary> vocab_;
   EarleyMatcher matcher_;
@@ -88,6 +89,15 @@ class TokenMatcher {
   std::unordered_map<std::string, uint32_t> states_;
   std::unordered_map<uint64_t, int32_t> transitions_;  // (state << 8 | byte) -> state, or -1: rejected
   std::string key_;
+  size_t key_max_origin_ = 0;  // the largest committed position key_ names
+  // Walk results by the canonical state at the step's start (end of text added per step).
+  struct CachedMask {
+    std::vector<uint32_t> words;
+    bool any;
+    size_t max_origin;
+  };
+  static constexpr size_t kMaxCachedMasks = 32;
+  std::unordered_map<std::string, CachedMask> masks_;
   std::vector<uint32_t> token_bytes_;  // per accepted token: bytes it added (0 for end of text)
   int32_t terminated_at_ = -1;         // token index of the accepted end of text
 };

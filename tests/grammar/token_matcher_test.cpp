@@ -142,3 +142,41 @@ TEST(GrammarCache, CompilesOnceAndEvictsLeastRecent) {
 
 }  // namespace
 }  // namespace dsinfer::grammar
+
+namespace dsinfer::grammar {
+namespace {
+
+TEST(TokenMatcher, CachedMasksSurviveRollbackAndRepeatStates) {
+  // Random accepts and rollbacks; after each, the mask must equal a fresh matcher's mask for the same
+  // tokens (the walk results cached by state must never outlive the input they describe).
+  auto g = ebnf(R"g(root ::= "[" (item ("," item)*)? "]"
+item ::= "a"+ | "b" "c"* | "[" root? "]")g");
+  std::vector<std::string> bytes;
+  for (const char* s : {"[", "]", ",", "a", "aa", "b", "c", "cc", "[a", "a]", "],", ",[", "[]", "bc"}) bytes.push_back(s);
+  bytes.push_back("");
+  auto vocab = std::make_shared<const Vocabulary>(bytes, std::vector<int32_t>{14});
+  TokenMatcher m(g, vocab);
+  std::vector<int32_t> history;
+  uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1103515245u + 12345u, (seed >> 16) & 0x7fff; };
+  for (int step = 0; step < 300; ++step) {
+    std::set<int32_t> mask = allowed(m);
+    TokenMatcher fresh(g, vocab);
+    for (int32_t t : history) ASSERT_TRUE(fresh.accept_token(t));
+    ASSERT_EQ(mask, allowed(fresh)) << "step " << step;
+    if (!history.empty() && next() % 4 == 0) {
+      int32_t n = 1 + static_cast<int32_t>(next() % history.size());
+      m.rollback(n);
+      history.resize(history.size() - n);
+      continue;
+    }
+    std::vector<int32_t> choices(mask.begin(), mask.end());
+    int32_t t = choices[next() % choices.size()];
+    if (t == 14) continue;  // keep going instead of ending
+    ASSERT_TRUE(m.accept_token(t));
+    history.push_back(t);
+  }
+}
+
+}  // namespace
+}  // namespace dsinfer::grammar

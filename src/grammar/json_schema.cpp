@@ -160,7 +160,7 @@ class SchemaCompiler {
       // Escapes \uXXXX name no surrogate, so each char is one code point (as minLength/maxLength count).
       ByteSet simple;
       for (char c : std::string("\"\\/bfnrt")) simple.add(static_cast<uint8_t>(c));
-      ByteSet not_d, lo_hex, low8;
+      ByteSet not_d, low8;
       for (int c : {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'e', 'f', 'A', 'B', 'C', 'E', 'F'}) {
         not_d.add(static_cast<uint8_t>(c));
       }

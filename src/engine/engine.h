@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,21 @@ struct SamplingParams {
   }
 };
 
+// Structured output: which tokens may come next, for one request (a grammar the server builds through
+// grammar/; the engine knows nothing of grammars). The engine sets every other token's logit to -inf
+// before sampling and speculative verification, feeds it each token it keeps, and rolls back drafts it
+// rejects. Called from engine threads, one call at a time per request.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Bit t of words[t / 32] set: token t may come next. Never all clear (end of text when nothing else).
+  virtual void fill_mask(std::span<uint32_t> words) = 0;
+  // Advances past `token`; false, and nothing changes, when it is not allowed.
+  virtual bool accept(int32_t token) = 0;
+  // Undoes the last n accepted tokens.
+  virtual void rollback(int32_t n) = 0;
+};
+
 struct RequestSpec {
   std::vector<int32_t> prompt_ids;
   int32_t max_tokens = 256;
@@ -46,6 +62,8 @@ struct RequestSpec {
   bool ignore_eos = false;
   // For the KV store's TTLs: "agent" or "chat" (anything else counts as chat).
   std::string traffic_class = "default";
+  // Null: any token. It holds the request's matching state: never share one between requests.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 // A greedy request that ignores EOS, so it produces exactly max_tokens tokens (benchmarks, tests).

@@ -786,6 +786,21 @@ void EngineCore::execute(StepPlan& p) {
       }
       all = adjusted;
     }
+    // Structured output: mask row i with the constraint after drafts 0..i-1. A draft it refuses has
+    // probability 0 in its row, so verification rejects it and later rows go unused.
+    TokenConstraint* constraint = r.spec.constraint.get();
+    int32_t constrained_drafts = 0;
+    if (constraint != nullptr) {
+      if (adjusted.empty()) adjusted.assign(all.begin(), all.end());
+      std::vector<uint32_t> mask(static_cast<size_t>((V + 31) / 32));
+      for (int64_t i = 0; i < items[sampling[task]].logit_rows; ++i) {
+        constraint->fill_mask(mask);
+        apply_token_mask(std::span<float>(adjusted.data() + i * V, static_cast<size_t>(V)), mask);
+        if (i >= e.drafts || !constraint->accept(e.tokens[1 + i])) break;
+        ++constrained_drafts;
+      }
+      all = adjusted;
+    }
     if (e.drafts > 0) {
       Verification v = verify_drafts(all, static_cast<int32_t>(V),
                                      std::span<const int32_t>(e.tokens.data() + 1, e.drafts), {}, r.spec.sampling,
@@ -795,6 +810,20 @@ void EngineCore::execute(StepPlan& p) {
     } else {
       e.result = {sample_token(all, r.spec.sampling, r.stream, e.start + e.n_tokens)};
       e.accepted = 0;
+    }
+    if (constraint != nullptr) {
+      DSINFER_CHECK_INTERNAL(e.accepted <= constrained_drafts, "engine: a draft outside the constraint was accepted");
+      constraint->rollback(constrained_drafts - e.accepted);
+      // The accepted drafts are in the constraint already; the new token joins them unless a stop token
+      // among the drafts ends the request first (what follows it was drawn past the end).
+      bool stopped = false;
+      for (int32_t i = 0; i < e.accepted; ++i) {
+        const int32_t t = e.result[i];
+        stopped = stopped || (!r.spec.ignore_eos && t == info_.eos_token_id) ||
+                  std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), t) != r.spec.stop_token_ids.end();
+      }
+      DSINFER_CHECK_INTERNAL(stopped || constraint->accept(e.result.back()), "engine: sampled token ",
+                             e.result.back(), " outside the constraint's mask");
     }
   });
   auto t3 = Clock::now();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -77,6 +78,12 @@ void adjust_logits(std::span<float> logits, const SamplingParams& p, std::span<c
     float& x = logits[token];
     if (repetition) x = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
     if (count > 0) x -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
+  }
+}
+
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> mask) {
+  for (size_t t = 0; t < logits.size(); ++t) {
+    if (!((mask[t >> 5] >> (t & 31)) & 1)) logits[t] = -std::numeric_limits<float>::infinity();
   }
 }
 

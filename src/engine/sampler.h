@@ -52,6 +52,9 @@ std::string validate_sampling(const SamplingParams& p);
 void adjust_logits(std::span<float> logits, const SamplingParams& p, std::span<const int32_t> context,
                    int64_t prompt_len);
 
+// Sets the logit of every token whose bit is clear in `mask` (bit t of mask[t / 32]) to -inf.
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> mask);
+
 // Index of the largest logit, ties to the lowest id.
 int32_t argmax(std::span<const float> logits);
 

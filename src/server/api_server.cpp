@@ -300,7 +300,11 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
 
 // ---------------------------------------------------------------------------------------------------
 ApiServer::ApiServer(ApiServerOptions options, engine::Engine& engine, const tokenizer::Tokenizer& tokenizer)
-    : options_(std::move(options)), engine_(engine), tokenizer_(tokenizer), encoder_(tokenizer) {
+    : options_(std::move(options)),
+      engine_(engine),
+      tokenizer_(tokenizer),
+      encoder_(tokenizer),
+      structured_(tokenizer, engine.eos_token_id()) {
   DSINFER_CHECK(!options_.model_names.empty(), "server: at least one model name is needed");
   created_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
                       std::chrono::system_clock::now().time_since_epoch()).count();
@@ -518,6 +522,8 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
   call->ex = ex;
   call->route = route;
   engine::RequestSpec spec;
+  recipe::OutputConstraintRequest constraint;
+  bool thinking = false;
   try {
     Json body;
     {
@@ -649,6 +655,8 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       if (!rendered.image_sources.empty())
         throw_api_error(400, "this model does not accept images", "unsupported_content");
       spec.prompt_ids = encoder_.encode(rendered);
+      thinking = conv.request.conversation.thinking_mode;
+      constraint = recipe::read_output_constraint(protocol, body);
       check_prompt(static_cast<int64_t>(spec.prompt_ids.size()));
       const bool explicit_limit = conv.request.inference_options.max_tokens.has_value();
       const uint32_t resolved =
@@ -682,6 +690,16 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
     } else {
       const auto tools = body.find("tools");
       spec.traffic_class = tools != body.end() && tools->is_array() && !tools->empty() ? "agent" : "chat";
+    }
+    if (route != kChat && route != kResponses && route != kMessages) {
+      constraint = recipe::read_output_constraint(recipe::Protocol::kMessages, body);  // regex / ebnf only
+    }
+    try {
+      spec.constraint = structured_.constraint_for(constraint, thinking);
+    } catch (const core::Error& e) {
+      throw_api_error(400, core::str_cat("structured output: ", e.what()), "invalid_grammar");
+    } catch (const nlohmann::json::exception& e) {
+      throw_api_error(400, core::str_cat("structured output: ", e.what()), "invalid_grammar");
     }
   } catch (const ApiException& e) {
     ApiError err = e.error();

@@ -21,6 +21,7 @@
 #include "recipe/prompt_encoder.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/structured_output.h"
 
 namespace dsinfer::tokenizer {
 class Tokenizer;
@@ -93,6 +94,7 @@ class ApiServer {
   engine::Engine& engine_;
   const tokenizer::Tokenizer& tokenizer_;
   recipe::PromptEncoder encoder_;
+  StructuredOutput structured_;
   std::unique_ptr<boost::asio::thread_pool> prep_pool_;
   std::unique_ptr<HttpServer> http_;
   MetricsRegistry metrics_;

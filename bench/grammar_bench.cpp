@@ -1,0 +1,91 @@
+// Structured output costs on the V4 tokenizer: grammar compile time per schema (JSON Schema -> grammar,
+// no cache) and token-mask time per decoding step (median, p99) along a valid instance of each schema.
+// Usage: bench_grammar [path to the npm V3 base tokenizer.json] (default: the one scripts/setup.sh installs)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "grammar/json_schema.h"
+#include "grammar/token_matcher.h"
+#include "tokenizer/deepseek_v4.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+struct Case {
+  const char* name;
+  const char* schema;
+  const char* instance;
+};
+
+const Case kCases[] = {
+    {"person", R"g({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0},"email":{"type":"string","format":"email"}},"required":["name","age"]})g",
+     R"g({"name":"Ada Lovelace, Countess of Lovelace","age":36,"email":"ada@example.org"})g"},
+    {"json_object", R"g({"type":"object"})g",
+     R"g({"title":"A short note","body":"Structured output keeps the model on the schema.","n":[1,2,3]})g"},
+    {"tree", R"g({"$defs":{"t":{"type":"object","properties":{"label":{"type":"string"},"children":{"type":"array","items":{"$ref":"#/$defs/t"}}},"required":["label"]}},"$ref":"#/$defs/t"})g",
+     R"g({"label":"root","children":[{"label":"left"},{"label":"right","children":[]}]})g"},
+    {"api_event", R"g({"type":"object","properties":{"id":{"type":"string","format":"uuid"},"at":{"type":"string","format":"date-time"},"kind":{"enum":["created","updated","deleted"]},"payload":{"type":"object","additionalProperties":{"type":["string","number","boolean","null"]}},"tags":{"type":"array","items":{"type":"string","maxLength":16},"maxItems":8}},"required":["id","at","kind"]})g",
+     R"g({"id":"123e4567-e89b-12d3-a456-426614174000","at":"2025-06-30T12:00:00Z","kind":"updated","payload":{"status":"ok","count":3},"tags":["a","b"]})g"},
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dsinfer;
+  const std::string base_path = argc > 1 ? argv[1] : std::string(tokenizer::kNpmV3BasePath);
+  std::ifstream in(base_path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s (run scripts/setup.sh, or pass the path)\n", base_path.c_str());
+    return 1;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto tok = tokenizer::Tokenizer::from_json_text(
+      tokenizer::build_deepseek_tokenizer_json(text.str(), tokenizer::DeepseekVersion::kV4, base_path), "v4");
+  auto t0 = Clock::now();
+  auto vocab = grammar::Vocabulary::from_tokenizer(tok, {1});
+  std::printf("vocabulary %d tokens, trie %zu nodes, built in %.1f ms\n", vocab->size(), vocab->nodes().size(),
+              ms_since(t0));
+  for (const Case& c : kCases) {
+    const Json schema = Json::parse(c.schema);
+    std::vector<double> compile_ms;
+    grammar::Grammar g;
+    for (int rep = 0; rep < 20; ++rep) {
+      auto t = Clock::now();
+      g = grammar::json_schema_grammar(schema);
+      compile_ms.push_back(ms_since(t));
+    }
+    auto shared = std::make_shared<const grammar::Grammar>(std::move(g));
+    grammar::TokenMatcher m(shared, vocab);
+    grammar::TokenMask mask((vocab->size() + 31) / 32);
+    std::vector<double> mask_ms;
+    for (int32_t id : tok.encode_plain(c.instance)) {
+      auto t = Clock::now();
+      m.fill_mask(mask);
+      mask_ms.push_back(ms_since(t));
+      if (!m.accept_token(id)) {
+        std::fprintf(stderr, "%s: instance rejected\n", c.name);
+        return 1;
+      }
+    }
+    std::printf("%-12s compile median %.3f ms | mask per token over %zu steps: median %.2f ms, p99 %.2f ms, max %.2f ms\n",
+                c.name, percentile(compile_ms, 0.5), mask_ms.size(), percentile(mask_ms, 0.5), percentile(mask_ms, 0.99),
+                percentile(mask_ms, 1.0));
+  }
+  return 0;
+}

@@ -1,0 +1,77 @@
+#include "server/structured_output.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "grammar/ebnf.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex.h"
+#include "recipe/prompt.h"
+
+namespace dsinfer::server {
+
+StructuredOutput::StructuredOutput(const tokenizer::Tokenizer& tokenizer, int32_t eos_token_id)
+    : tokenizer_(tokenizer), eos_(eos_token_id) {
+  if (auto id = tokenizer.added_token_id(recipe::tokens::kThinkEnd)) think_end_ = *id;
+}
+
+std::shared_ptr<const grammar::Vocabulary> StructuredOutput::vocabulary() {
+  // The trie over ~129K tokens takes a fraction of a second: built by the first request that needs it.
+  std::call_once(vocab_once_, [&] { vocab_ = grammar::Vocabulary::from_tokenizer(tokenizer_, {eos_}); });
+  return vocab_;
+}
+
+std::shared_ptr<engine::TokenConstraint> StructuredOutput::constraint_for(
+    const recipe::OutputConstraintRequest& request, bool thinking) {
+  using Kind = recipe::OutputConstraintRequest::Kind;
+  std::shared_ptr<const grammar::Grammar> g;
+  switch (request.kind) {
+    case Kind::kNone: return nullptr;
+    case Kind::kJsonObject:
+      g = cache_.get("json_object", [] { return grammar::json_object_grammar(); });
+      break;
+    case Kind::kJsonSchema:
+      g = cache_.get("json_schema:" + request.source, [&] {
+        return grammar::json_schema_grammar(nlohmann::ordered_json::parse(request.source));
+      });
+      break;
+    case Kind::kRegex:
+      g = cache_.get("regex:" + request.source, [&] { return grammar::regex_grammar(request.source); });
+      break;
+    case Kind::kEbnf:
+      g = cache_.get("ebnf:" + request.source, [&] { return grammar::compile_ebnf(request.source); });
+      break;
+  }
+  return std::make_shared<GrammarConstraint>(std::move(g), vocabulary(), thinking ? think_end_ : -1);
+}
+
+GrammarConstraint::GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar,
+                                     std::shared_ptr<const grammar::Vocabulary> vocab, int32_t gate_token)
+    : matcher_(std::move(grammar), std::move(vocab)), gate_(gate_token), open_(gate_token < 0) {}
+
+void GrammarConstraint::fill_mask(std::span<uint32_t> words) {
+  if (open_) {
+    matcher_.fill_mask(words);
+    return;
+  }
+  std::fill(words.begin(), words.end(), ~0u);  // reasoning: anything
+}
+
+bool GrammarConstraint::accept(int32_t token) {
+  if (open_) return matcher_.accept_token(token);
+  ++before_gate_;
+  if (token == gate_) open_ = true;
+  return true;
+}
+
+void GrammarConstraint::rollback(int32_t n) {
+  const int32_t in_matcher = open_ ? matcher_.tokens_accepted() : 0;
+  const int32_t from_matcher = std::min(n, in_matcher);
+  matcher_.rollback(from_matcher);
+  n -= from_matcher;
+  if (n > 0 && open_ && gate_ >= 0) open_ = false;  // the gate itself is undone
+  DSINFER_CHECK_INTERNAL(n <= before_gate_, "structured output: rollback of more tokens than were accepted");
+  before_gate_ -= n;
+}
+
+}  // namespace dsinfer::server

@@ -1,0 +1,56 @@
+// Structured output for the server: compiles what a request asks for (recipe::OutputConstraintRequest)
+// through grammar/ (compiled grammars cached by kind and source) into the engine's per-request
+// TokenConstraint over the tokenizer's vocabulary. In thinking mode the constraint starts after the
+// model's </think>: the reasoning is free, the answer follows the grammar.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "engine/engine.h"
+#include "grammar/grammar_cache.h"
+#include "grammar/token_matcher.h"
+#include "recipe/structured_output.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer::server {
+
+class StructuredOutput {
+ public:
+  StructuredOutput(const tokenizer::Tokenizer& tokenizer, int32_t eos_token_id);
+
+  // Null for Kind::kNone. A grammar that does not compile throws core::Error naming what is wrong (400).
+  std::shared_ptr<engine::TokenConstraint> constraint_for(const recipe::OutputConstraintRequest& request,
+                                                          bool thinking);
+  const grammar::GrammarCache& cache() const { return cache_; }
+
+ private:
+  std::shared_ptr<const grammar::Vocabulary> vocabulary();
+
+  const tokenizer::Tokenizer& tokenizer_;
+  int32_t eos_;
+  int32_t think_end_ = -1;
+  grammar::GrammarCache cache_;
+  std::once_flag vocab_once_;
+  std::shared_ptr<const grammar::Vocabulary> vocab_;
+};
+
+// The engine's constraint over a grammar::TokenMatcher; with a gate token, every token is allowed until
+// the gate has been produced (a rollback past it closes the gate again).
+class GrammarConstraint final : public engine::TokenConstraint {
+ public:
+  GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar, std::shared_ptr<const grammar::Vocabulary> vocab,
+                    int32_t gate_token = -1);
+  void fill_mask(std::span<uint32_t> words) override;
+  bool accept(int32_t token) override;
+  void rollback(int32_t n) override;
+  const grammar::TokenMatcher& matcher() const { return matcher_; }
+
+ private:
+  grammar::TokenMatcher matcher_;
+  int32_t gate_;
+  int32_t before_gate_ = 0;  // tokens accepted while the gate was closed (the gate included)
+  bool open_;
+};
+
+}  // namespace dsinfer::server

@@ -1,0 +1,23 @@
+// Helpers of the grammar tests: does a whole text match, from a fresh matcher.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "grammar/earley_matcher.h"
+#include "grammar/grammar.h"
+
+namespace dsinfer::grammar::testing {
+
+inline bool matches(const std::shared_ptr<const Grammar>& g, const std::string& text) {
+  EarleyMatcher m(g);
+  return m.accept_bytes(text) && m.is_complete();
+}
+
+// A prefix of some sentence (the matcher accepted every byte).
+inline bool is_prefix(const std::shared_ptr<const Grammar>& g, const std::string& text) {
+  EarleyMatcher m(g);
+  return m.accept_bytes(text);
+}
+
+}  // namespace dsinfer::grammar::testing

@@ -236,6 +236,58 @@ class Prefill {
     }
   }
 
+  // §2.12 teacher-forced draft rounds after the main pass: for every p < T-1 the round after p with
+  // anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab] (predicting token p+2).
+  Vec dspark_draft0() {
+    DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
+    DSINFER_CHECK(T_ >= 2, "V4.1 DSpark: needs at least 2 prompt tokens");
+    const int64_t P = T_ - 1, B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
+    const int64_t nt = static_cast<int64_t>(taps_.size());
+    Vec hidden(static_cast<size_t>(T_ * nt * d_));
+    for (int64_t t = 0; t < T_; ++t) {
+      for (int64_t i = 0; i < nt; ++i) std::copy_n(taps_[i].data() + t * d_, d_, hidden.data() + (t * nt + i) * d_);
+    }
+    const Vec main_x = rms_norm(matmul(pool_, hidden, T_, w_.linear("mtp.0.main_proj")), d_,
+                                w_.vec("mtp.0.main_norm.weight"), c_.rms_norm_eps);
+    const std::vector<float> f = inv_freqs(c_, 0);
+    rings_.clear();
+    for (int64_t s = 0; s < c_.n_mtp_layers; ++s) {
+      const std::string p = core::str_cat("mtp.", s, ".attn.");
+      Vec ring = rms_norm(matmul(pool_, main_x, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"),
+                          c_.rms_norm_eps);
+      for (int64_t t = 0; t < T_; ++t) {
+        rope(ring.data() + t * hd, hd, rd, f, t);
+        if (opt_.qdq) qdq_pow2(ring.data() + t * hd, hd, 32, true);
+      }
+      rings_.push_back(std::move(ring));
+    }
+    // The draft blocks of all rounds as rows p * B + k (rounds are independent).
+    ring_len_ = T_;
+    block_ = B;
+    std::vector<int64_t> block_ids(static_cast<size_t>(P * B), c_.dspark->noise_token_id);
+    for (int64_t p = 0; p < P; ++p) block_ids[p * B] = ids_[p + 1];
+    const Vec e = w_.rows("embed.weight", block_ids);
+    T_ = P * B;
+    X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
+    for (int64_t n = 0; n < T_; ++n) {
+      for (int64_t j = 0; j < hc_; ++j) std::copy_n(e.data() + n * d_, d_, X_.data() + (n * hc_ + j) * d_);
+    }
+    std::vector<double> pre_in(static_cast<size_t>(T_ * hc_), 0.0);
+    for (int64_t n = 0; n < T_; ++n) pre_in[n * hc_] = 1.0;
+    for (int64_t s = 0; s < c_.n_mtp_layers; ++s) pre_in = block(c_.num_hidden_layers + s, pre_in);
+    const Vec h = collapse(pre_in);
+    Vec h0(static_cast<size_t>(P * d_));
+    for (int64_t p = 0; p < P; ++p) std::copy_n(h.data() + (p * B) * d_, d_, h0.data() + p * d_);
+    const std::string last = core::str_cat("mtp.", c_.n_mtp_layers - 1, ".");
+    Vec logits = matmul(pool_, rms_norm(h0, d_, w_.vec(last + "norm.weight"), c_.rms_norm_eps), P, w_.linear("head"));
+    // Markov bias of draft 0: conditioned on the anchor (o_0 = ids[p+1]).
+    std::vector<int64_t> anchors(ids_.begin() + 1, ids_.end());
+    const Vec emb = w_.rows(last + "markov_head.embed.weight", anchors);
+    const Vec bias = matmul(pool_, emb, P, w_.linear(last + "markov_head.head"));
+    for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(static_cast<double>(logits[i]) + bias[i]);
+    return logits;
+  }
+
   Vec run() {
     std::vector<int64_t> ids64(ids_.begin(), ids_.end());
     const Vec e = w_.rows("embed.weight", ids64);
@@ -248,6 +300,7 @@ class Prefill {
     for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
       const LayerRoles& r = c_.layer_roles(L);
       if (r.engram >= 0) engram(L, r.engram);
+      if (r.dspark_target) taps_.push_back(stream_mean());  // layer order (§2.1)
       pre_in = block(L, pre_in);
     }
     Vec y = rms_norm(collapse(pre_in), d_, w_.vec("norm.weight"), c_.rms_norm_eps);
@@ -311,6 +364,18 @@ class Prefill {
     return m;
   }
 
+  Vec stream_mean() const {
+    Vec y(static_cast<size_t>(T_ * d_));
+    for (int64_t t = 0; t < T_; ++t) {
+      for (int64_t i = 0; i < d_; ++i) {
+        double s = 0;
+        for (int64_t j = 0; j < hc_; ++j) s += X_[(t * hc_ + j) * d_ + i];
+        y[t * d_ + i] = static_cast<float>(s / hc_);
+      }
+    }
+    return y;
+  }
+
   Vec collapse(const std::vector<double>& pre) const {
     Vec y(static_cast<size_t>(T_ * d_));
     for (int64_t t = 0; t < T_; ++t) {
@@ -343,7 +408,7 @@ class Prefill {
     const std::string p = c_.layer_prefix(L);
     const Mix ma = hc_mix(p + "hc_attn");
     const Vec a = rms_norm(collapse(pre_in), d_, w_.vec(p + "attn_norm.weight"), c_.rms_norm_eps);
-    hc_post(attention(L, a), ma);
+    hc_post(L < c_.num_hidden_layers ? attention(L, a) : stage_attention(L, a), ma);
     const Mix mf = hc_mix(p + "hc_ffn");
     const Vec f = rms_norm(collapse(ma.pre), d_, w_.vec(p + "ffn_norm.weight"), c_.rms_norm_eps);
     hc_post(moe(p + "ffn.", f, c_.experts_per_tok_of(L)), mf);
@@ -546,7 +611,12 @@ class Prefill {
         rope(out, hd, rd, f, t, -1.0);
       }
     });
-    // Grouped low-rank output: group g's o_lora rows of wo_a act on its nh/G heads.
+    return output_projection(p, o);
+  }
+
+  // Grouped low-rank output: group g's o_lora rows of wo_a act on its nh/G heads; then wo_b.
+  Vec output_projection(const std::string& p, const Vec& o) {
+    const int64_t nh = c_.num_attention_heads, hd = c_.head_dim;
     const Dense wo_a = w_.linear(p + "wo_a");
     const int64_t G = c_.o_groups, per = (nh / G) * hd, R = c_.o_lora_rank;
     Vec mid(static_cast<size_t>(T_ * G * R));
@@ -558,6 +628,60 @@ class Prefill {
       }
     }
     return matmul(pool_, mid, T_, w_.linear(p + "wo_b"));
+  }
+
+  // §2.12 stage attention over the draft rows n = p * B + k (query position p+1+k): the ring entries
+  // of positions max(0, p-W+1)..p and all B block positions of round p.
+  Vec stage_attention(int64_t L, const Vec& a) {
+    const int64_t s = L - c_.num_hidden_layers;
+    const std::string p = c_.layer_prefix(L) + "attn.";
+    const int64_t nh = c_.num_attention_heads, hd = c_.head_dim, rd = c_.qk_rope_head_dim, W = c_.sliding_window;
+    const int64_t B = block_;
+    const std::vector<float> f = inv_freqs(c_, 0);
+    const Vec qr = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wq_a")), c_.q_lora_rank, w_.vec(p + "q_norm.weight"),
+                            c_.rms_norm_eps);
+    Vec q = matmul(pool_, qr, T_, w_.linear(p + "wq_b"));
+    Vec kv = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"), c_.rms_norm_eps);
+    for (int64_t n = 0; n < T_; ++n) {
+      const int64_t pos = n / B + 1 + n % B;
+      for (int64_t h = 0; h < nh; ++h) rope(q.data() + (n * nh + h) * hd, hd, rd, f, pos);
+      rope(kv.data() + n * hd, hd, rd, f, pos);
+      if (opt_.qdq) qdq_pow2(kv.data() + n * hd, hd, 32, true);
+    }
+    const Vec& ring = rings_[static_cast<size_t>(s)];
+    const Vec sink = w_.vec(p + "attn_sink");
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    Vec o(static_cast<size_t>(T_ * nh * hd));
+    pool_.parallel_for(T_ * nh, 1, [&](int64_t b, int64_t e) {
+      std::vector<const float*> keys;
+      std::vector<double> lg, acc(static_cast<size_t>(hd));
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t n = task / nh, h = task % nh, round = n / B;
+        keys.clear();
+        for (int64_t j = std::max<int64_t>(0, round - W + 1); j <= round && j < ring_len_; ++j) {
+          keys.push_back(ring.data() + j * hd);
+        }
+        for (int64_t k = 0; k < B; ++k) keys.push_back(kv.data() + (round * B + k) * hd);
+        const float* qv = q.data() + (n * nh + h) * hd;
+        lg.resize(keys.size());
+        double mx = sink[h];
+        for (size_t i = 0; i < keys.size(); ++i) {
+          lg[i] = dot(qv, keys[i], hd) * scale;
+          mx = std::max(mx, lg[i]);
+        }
+        double den = std::exp(sink[h] - mx);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          const double pr = std::exp(lg[i] - mx);
+          den += pr;
+          for (int64_t x = 0; x < hd; ++x) acc[x] += pr * keys[i][x];
+        }
+        float* out = o.data() + (n * nh + h) * hd;
+        for (int64_t x = 0; x < hd; ++x) out[x] = static_cast<float>(acc[x] / den);
+        rope(out, hd, rd, f, n / B + 1 + n % B, -1.0);
+      }
+    });
+    return output_projection(p, o);
   }
 
   Vec swiglu(const Dense& w1, const Dense& w2, const Dense& w3, const float* x, double weight) const {
@@ -643,14 +767,20 @@ class Prefill {
   std::map<int64_t, KvSource> sources_;
   std::map<int64_t, std::vector<std::vector<int64_t>>> selections_;
   std::vector<std::vector<bool>> cand_;
+  std::vector<Vec> taps_;   // DSpark taps [T, d] per target layer, layer order
+  std::vector<Vec> rings_;  // DSpark stage rings [T, hd]
+  int64_t ring_len_ = 0, block_ = 0;
 };
 
 }  // namespace
 
 std::vector<float> prefill_logits(const Checkpoint& ck, const EngramTokenMap* token_map,
-                                  const std::vector<int32_t>& ids, const PrefillOptions& options) {
+                                  const std::vector<int32_t>& ids, const PrefillOptions& options,
+                                  std::vector<float>* dspark_draft0) {
   Prefill p(ck, token_map, ids, options);
-  return p.run();
+  std::vector<float> logits = p.run();
+  if (dspark_draft0) *dspark_draft0 = p.dspark_draft0();
+  return logits;
 }
 
 }  // namespace dsinfer::model::deepseek_v41

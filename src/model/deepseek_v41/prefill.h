@@ -20,8 +20,11 @@ struct PrefillOptions {
   core::ThreadPool* pool = nullptr;  // nullptr: ThreadPool::global()
 };
 
-// logits [T, vocab] row-major. token_map: required when the config has Engram layers.
+// logits [T, vocab] row-major. token_map: required when the config has Engram layers. With
+// dspark_draft0: also the DSpark draft head (§2.12) teacher-forced at every position: row p is draft 0
+// of the round after p with anchor ids[p+1] (predicting token p+2), [T-1, vocab].
 std::vector<float> prefill_logits(const Checkpoint& ck, const EngramTokenMap* token_map,
-                                  const std::vector<int32_t>& ids, const PrefillOptions& options = {});
+                                  const std::vector<int32_t>& ids, const PrefillOptions& options = {},
+                                  std::vector<float>* dspark_draft0 = nullptr);
 
 }  // namespace dsinfer::model::deepseek_v41

@@ -7,7 +7,8 @@ namespace dsinfer::model {
 const std::vector<ArchitectureInfo>& architectures() {
   static const std::vector<ArchitectureInfo> kTable = {
       {Architecture::kDeepseekV4, "DeepseekV4ForCausalLM", "deepseek_v4", "", "model-v4.md", 128, 128, "v4", true},
-      // The V4.1 forward pass is not implemented yet: config, inventory, mkmodel and inspect are.
+      // V4.1: config, inventory, mkmodel, inspect and `dsinfer logits` (one-pass prefill + DSpark draft 0
+      // in model/deepseek_v41/prefill.*); no sequence state, so no engine adapter yet.
       {Architecture::kDeepseekV41, "DeepseekV41ForCausalLM", "deepseek_v41", "deepseek_v41_text", "model-v41.md", 32,
        32, "v41", false},
   };

@@ -22,7 +22,7 @@ struct ArchitectureInfo {
   int64_t weight_block;              // FP8 weight block edge (quantization_config.weight_block_size)
   int64_t activation_block;          // FP8 activation quantization block
   std::string_view tokenizer_version;  // tokenizer::parse_deepseek_version name ("v4", "v41")
-  bool has_forward;                  // model/<arch>/ implements the forward pass (logits, engine)
+  bool has_forward;                  // the engine can serve it (a ModelRunner adapter exists)
 };
 
 const std::vector<ArchitectureInfo>& architectures();

@@ -37,6 +37,14 @@ void append_list(std::ostringstream& o, const char* title, const std::vector<std
   if (items.size() > limit) o << "\n    ... and " << items.size() - limit << " more";
 }
 
+// The vision tower of a V4.1 release (vision_config.num_hidden_layers > 0): vision.*, aligner.* and
+// the image span delimiters. A text-only engine skips them by name (model-v41.md §4.1, §8 item 16).
+bool is_vision_tensor(const ModelConfig& c, std::string_view name) {
+  if (c.arch != Architecture::kDeepseekV41) return false;
+  return name.substr(0, 7) == "vision." || name.substr(0, 8) == "aligner." || name == "image_start" ||
+         name == "image_end" || name == "image_newline";
+}
+
 // "<prefix><n>." at the start of name: n, else -1.
 int64_t index_after(std::string_view name, std::string_view prefix) {
   if (name.substr(0, prefix.size()) != prefix) return -1;
@@ -78,6 +86,7 @@ void check_counts_against_files(const std::string& dir, const ModelConfig& c,
 std::string InventoryReport::describe(size_t limit) const {
   std::ostringstream o;
   o << "expected " << expected_count << " tensors, found " << found_count;
+  if (ignored_vision > 0) o << " (" << ignored_vision << " vision tensors ignored: text-only engine)";
   if (ok()) return o.str() + ": all present with the expected dtype and shape";
   append_list(o, "missing", missing, limit);
   append_list(o, "wrong dtype or shape", mismatched, limit);
@@ -283,7 +292,12 @@ InventoryReport Checkpoint::check_inventory() const {
     }
   }
   for (const auto& [name, t] : tensors_) {
-    if (!inventory_index_.count(name)) r.extra.push_back(core::str_cat(name, " (", *t->file, ")"));
+    if (inventory_index_.count(name)) continue;
+    if (is_vision_tensor(config_, name)) {
+      ++r.ignored_vision;
+    } else {
+      r.extra.push_back(core::str_cat(name, " (", *t->file, ")"));
+    }
   }
   return r;
 }

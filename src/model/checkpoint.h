@@ -28,6 +28,8 @@ struct InventoryReport {
   std::vector<std::string> mismatched;  // "name: expected F8_E4M3 [..], found BF16 [..] in <file>"
   size_t expected_count = 0;
   size_t found_count = 0;
+  size_t ignored_vision = 0;            // V4.1 vision tower tensors a text-only engine skips by name
+
   bool ok() const { return missing.empty() && extra.empty() && mismatched.empty(); }
   // Every problem, each list cut after `limit` entries with a count of the rest.
   std::string describe(size_t limit = 20) const;

@@ -165,3 +165,35 @@ TEST(MkModelV41, DefaultTokenizerFolderFollowsTheArchitecture) {
 
 }  // namespace
 }  // namespace dsinfer::model
+
+namespace dsinfer::model {
+namespace {
+
+// A release with its vision tower (vision_config.num_hidden_layers 32) holds vision.*, aligner.* and
+// image_* tensors: a text-only engine skips them by name (model-v41.md §8 item 16); any other extra
+// tensor is still an error.
+TEST(MkModelV41, VisionTensorsAreSkippedOtherExtrasAreNot) {
+  TempDir dir;
+  auto o = v41_options(dir, testing::small_v41_config(), 2, "v");
+  make_model(o);
+  const std::string path = o.out_dir + "/model.safetensors";
+  auto tensors = testing::load_all(path);
+  for (const char* name : {"vision.patch_embed.weight", "aligner.proj.weight", "image_newline"}) {
+    tensors.push_back({name, DType::kBF16, {4}, std::vector<uint8_t>(8, 0)});
+  }
+  write_safetensors(path, tensors, {{"format", "pt"}});
+  std::unique_ptr<Checkpoint> ck;
+  ASSERT_NO_THROW(ck = Checkpoint::open(o.out_dir));
+  const InventoryReport r = ck->check_inventory();
+  EXPECT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(r.ignored_vision, 3u);
+  EXPECT_NE(r.describe().find("3 vision tensors ignored"), std::string::npos) << r.describe();
+
+  tensors.push_back({"visionary.weight", DType::kBF16, {4}, std::vector<uint8_t>(8, 0)});
+  write_safetensors(path, tensors, {{"format", "pt"}});
+  const std::string msg = error_of([&] { Checkpoint::open(o.out_dir); });
+  EXPECT_NE(msg.find("visionary.weight"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace dsinfer::model

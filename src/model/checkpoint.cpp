@@ -25,9 +25,12 @@ std::string layout(DType dtype, const std::vector<int64_t>& shape) {
   return core::str_cat(dtype_name(dtype), " ", shape_string(shape));
 }
 
-// Scales may be stored as F32 instead of E8M0 (V4-Flash-Base, §4.3).
-bool dtype_acceptable(const TensorSpec& spec, DType actual) {
-  return actual == spec.dtype || (spec.kind == TensorKind::kLinearScale && actual == DType::kF32);
+// Scales may be stored as F32 instead of E8M0 (V4-Flash-Base, §4.3); V4.1 norm weights may be F32
+// (model-v41.md §4.3, §10 item 2: the release's norm dtype was not seen, BF16 assumed).
+bool dtype_acceptable(const ModelConfig& c, const TensorSpec& spec, DType actual) {
+  if (actual == spec.dtype) return true;
+  if (spec.kind == TensorKind::kLinearScale && actual == DType::kF32) return true;
+  return c.arch == Architecture::kDeepseekV41 && spec.kind == TensorKind::kNorm && actual == DType::kF32;
 }
 
 void append_list(std::ostringstream& o, const char* title, const std::vector<std::string>& items, size_t limit) {
@@ -207,7 +210,7 @@ const TensorView& Checkpoint::get_expected(std::string_view name) const {
                 "' is not a tensor of this config's layout");
   const TensorSpec& spec = inventory_[it->second];
   const TensorView& t = get(name);
-  DSINFER_CHECK(dtype_acceptable(spec, t.dtype) && t.shape == spec.shape, "checkpoint ", dir_, ": tensor '", name,
+  DSINFER_CHECK(dtype_acceptable(config_, spec, t.dtype) && t.shape == spec.shape, "checkpoint ", dir_, ": tensor '", name,
                 "' in ", *t.file, ": expected ", layout(spec.dtype, spec.shape), ", found ", layout(t.dtype, t.shape));
   return t;
 }
@@ -286,7 +289,7 @@ InventoryReport Checkpoint::check_inventory() const {
     const TensorView* t = find(spec.name);
     if (t == nullptr) {
       r.missing.push_back(spec.name);
-    } else if (!dtype_acceptable(spec, t->dtype) || t->shape != spec.shape) {
+    } else if (!dtype_acceptable(config_, spec, t->dtype) || t->shape != spec.shape) {
       r.mismatched.push_back(core::str_cat(spec.name, ": expected ", layout(spec.dtype, spec.shape), ", found ",
                                            layout(t->dtype, t->shape), " in ", *t->file));
     }

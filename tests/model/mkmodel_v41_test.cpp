@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -193,6 +194,43 @@ TEST(MkModelV41, VisionTensorsAreSkippedOtherExtrasAreNot) {
   write_safetensors(path, tensors, {{"format", "pt"}});
   const std::string msg = error_of([&] { Checkpoint::open(o.out_dir); });
   EXPECT_NE(msg.find("visionary.weight"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace dsinfer::model
+
+namespace dsinfer::model {
+namespace {
+
+// model-v41.md §4.3: norms may be stored F32 instead of BF16 (V4.1 only); other dtype changes are not.
+TEST(MkModelV41, F32NormsAreAccepted) {
+  TempDir dir;
+  auto o = v41_options(dir, testing::small_v41_config(), 2, "n");
+  make_model(o);
+  const std::string path = o.out_dir + "/model.safetensors";
+  auto tensors = testing::load_all(path);
+  for (auto& t : tensors) {
+    if (t.name == "layers.3.attn_norm.weight") {
+      std::vector<uint8_t> f32(t.bytes.size() * 2);
+      for (size_t i = 0; i < t.bytes.size() / 2; ++i) {
+        const float v = core::bf16_to_float(static_cast<uint16_t>(t.bytes[2 * i] | (t.bytes[2 * i + 1] << 8)));
+        std::memcpy(f32.data() + 4 * i, &v, 4);
+      }
+      t.dtype = DType::kF32;
+      t.bytes = f32;
+    }
+  }
+  write_safetensors(path, tensors, {{"format", "pt"}});
+  EXPECT_NO_THROW(Checkpoint::open(o.out_dir));
+  for (auto& t : tensors) {
+    if (t.name == "layers.3.attn.attn_sink") {  // F32 by the spec: BF16 is refused
+      t.dtype = DType::kBF16;
+      t.shape = {static_cast<int64_t>(t.bytes.size() / 2)};
+    }
+  }
+  write_safetensors(path, tensors, {{"format", "pt"}});
+  const std::string msg = error_of([&] { Checkpoint::open(o.out_dir); });
+  EXPECT_NE(msg.find("layers.3.attn.attn_sink"), std::string::npos) << msg;
 }
 
 }  // namespace

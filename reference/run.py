@@ -6,7 +6,13 @@
 
 writes float32 .npy logits [T, vocab], or with --mtp the MTP logits [T-1, vocab] (row p predicts token
 p+2 from the state at p and token p+1). --out-mtp writes the MTP logits as well, in the same run.
+
+A DeepseekV41ForCausalLM checkpoint (config.json architectures[0]) runs model_v41.py (plain numerics
+only). Its draft head is DSpark: --out-dspark FILE.npz writes, for every p < T-1 (the round after p with
+anchor token p+1), `logits0` [T-1, vocab] (draft 0, which depends on the anchor only), `drafts`
+[T-1, block] (greedy chain) and `confidence` [T-1, block] (raw logits).
 """
+import json
 import argparse
 import os
 import sys
@@ -18,6 +24,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from model_v4 import DeepseekV4Reference  # noqa: E402
+from model_v41 import DeepseekV41Reference  # noqa: E402
 
 
 def parse_ids(text):
@@ -50,12 +57,31 @@ def main():
     ap.add_argument("--numerics", choices=["plain", "reference"], default="plain",
                     help="'reference': activation FP8 QDQ before FP8/FP4 GEMMs and bf16 storage (statistical only)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
+    ap.add_argument("--out-dspark", help="V4.1: also write the DSpark draft head's outputs (.npz, see above)")
     args = ap.parse_args()
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     ids = parse_ids(args.prompt_ids)
     t0 = time.time()
+    with open(os.path.join(args.model, "config.json")) as f:
+        arch = (json.load(f).get("architectures") or [""])[0]
+    if arch == "DeepseekV41ForCausalLM":
+        if args.mtp or args.out_mtp or args.numerics != "plain":
+            raise SystemExit("V4.1: --mtp/--out-mtp (use --out-dspark) and --numerics reference are not supported")
+        model = DeepseekV41Reference(args.model, dtype=getattr(torch, args.dtype), kv_qdq=not args.no_kv_qdq)
+        with torch.no_grad():
+            logits, taps = model.forward(ids)
+            np.save(args.out, logits.to(torch.float32).numpy())
+            if args.out_dspark:
+                dl, drafts, conf = model.dspark(taps, ids)
+                np.savez(args.out_dspark, logits0=dl[:, 0].to(torch.float32).numpy(), drafts=drafts.numpy(),
+                         confidence=conf.to(torch.float32).numpy())
+        print(f"reference V4.1: {len(ids)} tokens, {args.dtype}, kv_qdq={not args.no_kv_qdq}: "
+              f"{time.time() - t0:.1f} s", file=sys.stderr)
+        return
+    if args.out_dspark:
+        raise SystemExit("--out-dspark is for V4.1 checkpoints")
     model = DeepseekV4Reference(args.model, dtype=getattr(torch, args.dtype), kv_qdq=not args.no_kv_qdq,
                                 numerics=args.numerics)
     with torch.no_grad():

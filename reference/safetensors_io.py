@@ -61,10 +61,12 @@ class _File:
 
 class Checkpoint:
     """A checkpoint directory (config.json + *.safetensors, optionally with
-    model.safetensors.index.json) or a single .safetensors file."""
+    model.safetensors.index.json) or a single .safetensors file. `fp8_block`: the edge of the FP8
+    weight scale blocks (128 in V4, 32 in V4.1)."""
 
-    def __init__(self, path):
+    def __init__(self, path, fp8_block=128):
         self.path = path
+        self.fp8_block = fp8_block
         self._where = {}
         files = []
         if os.path.isdir(path):
@@ -134,7 +136,7 @@ class Checkpoint:
 
     def weight(self, name):
         """A linear weight [out, in] decoded exactly (float32 where that is exact, else float64), whatever its storage:
-        BF16/F32; F8_E4M3 with 128x128 block scales `<base>.scale`; FP4 E2M1 packed in I8
+        BF16/F32; F8_E4M3 with fp8_block x fp8_block block scales `<base>.scale`; FP4 E2M1 packed in I8
         ([out, in/2], low nibble = even column) with 1x32 E8M0 scales."""
         dt = self.dtype(name)
         base = name[:-len(".weight")] if name.endswith(".weight") else name
@@ -145,7 +147,7 @@ class Checkpoint:
                 raise CheckpointError(f"{self.path}: FP8 tensor {name} has no {scale_name}")
             scale = self._scale(scale_name)
             try:
-                return formats.dequant_fp8_blocks(values, scale)
+                return formats.dequant_fp8_blocks(values, scale, self.fp8_block)
             except ValueError as e:
                 raise CheckpointError(f"{self.path}: {name}: {e}")
         if dt == "I8" or dt == "U8":

@@ -14,6 +14,9 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "kernels/cpu/targets.h"
+#include "model/checkpoint.h"
+#include "model/deepseek_v41/prefill.h"
+#include "model/deepseek_v41/token_map.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/sequence_state.h"
 
@@ -120,10 +123,46 @@ v4::ModelOptions model_options(const ModelFlags& flags) {
   return opt;
 }
 
+// DeepseekV41ForCausalLM: the one-pass prefill of model/deepseek_v41, and with --mtp its DSpark draft
+// head teacher-forced at every position (no chunks, rollback or KV dump yet).
+int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<int32_t>& ids) {
+  DSINFER_CHECK(args.get_int("chunk-size") == 0 && args.get_int("rollback") == 0 && !args.get_optional("dump-kv") &&
+                    flags.numerics == "exact",
+                "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint only the one-pass prefill (and --mtp) is ",
+                "implemented (no --chunk-size, --rollback, --dump-kv, --numerics reference)");
+  const bool mtp = args.has("mtp");
+  DSINFER_CHECK(!mtp || ids.size() >= 2, "--mtp needs at least 2 prompt tokens");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ck = model::Checkpoint::open(flags.dir);
+  std::optional<model::deepseek_v41::EngramTokenMap> map;
+  if (ck->config().engram) map = model::deepseek_v41::load_engram_token_map(flags.dir, ck->config());
+  const auto t1 = std::chrono::steady_clock::now();
+  model::deepseek_v41::PrefillOptions opt;
+  opt.qdq = flags.kv_qdq;
+  std::vector<float> draft0;
+  const std::vector<float> logits =
+      model::deepseek_v41::prefill_logits(*ck, map ? &*map : nullptr, ids, opt, mtp ? &draft0 : nullptr);
+  const auto t2 = std::chrono::steady_clock::now();
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (mtp) {
+    write_npy(args.get("out"), draft0, T - 1, ck->config().vocab_size);
+  } else {
+    write_npy(args.get("out"), logits, T, ck->config().vocab_size);
+  }
+  std::fprintf(stderr, "logits (V4.1 one-pass prefill, QDQ %s): %lld tokens: load %.2f s, forward %.2f s\n",
+               flags.kv_qdq ? "on" : "off", static_cast<long long>(T),
+               std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
+  return 0;
+}
+
 int run_logits(int argc, char** argv) {
   Args args("logits",
             "Write fp32 logits [T, vocab] of every prompt position to a .npy file (or, with --mtp, the MTP\n"
-            "head's logits [T-1, vocab]: row p from the final streams at p and token p+1, predicting p+2).");
+            "head's logits [T-1, vocab]: row p from the final streams at p and token p+1, predicting p+2).\n"
+            "On a DeepseekV41ForCausalLM checkpoint: the one-pass prefill only (--no-kv-qdq turns off its three\n"
+            "QDQ steps; --mtp writes the DSpark draft head's draft-0 logits [T-1, vocab]: row p from the round\n"
+            "after p with anchor token p+1, predicting p+2; --chunk-size, --rollback, --dump-kv are not\n"
+            "implemented for V4.1 yet).");
   add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated token ids, or @FILE holding them");
   args.option("out", "FILE", "output .npy (float32)");
@@ -137,6 +176,10 @@ int run_logits(int argc, char** argv) {
   if (!args.parse(argc, argv)) return args.exit_code();
 
   const std::vector<int32_t> ids = read_ids(args.get("prompt-ids"));
+  if (const ModelFlags flags = read_model_flags(args);
+      model::ModelConfig::load(flags.dir + "/config.json").arch == model::Architecture::kDeepseekV41) {
+    return run_logits_v41(args, flags, ids);
+  }
   const int64_t T = static_cast<int64_t>(ids.size());
   const bool mtp = args.has("mtp");
   int64_t chunk = args.get_int("chunk-size");

@@ -1,4 +1,5 @@
-// dsinfer mkmodel: writes a synthetic checkpoint of a config in the official V4 format.
+// dsinfer mkmodel: writes a synthetic checkpoint of a config in the official format of its architecture
+// (V4 or V4.1, by architectures[0] through the model registry).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "cli/progress.h"
 #include "core/error.h"
 #include "model/mkmodel.h"
+#include "model/registry.h"
 #include "tokenizer/deepseek_v4.h"
 
 namespace dsinfer::cli {
@@ -54,11 +56,14 @@ void write_atomically(const fs::path& path, const std::string& text) {
 }
 
 // A checkpoint without tokenizer.json is one that `serve` cannot use, so the default tokenizer folder
-// must hold the V4 tokenizer before anything is written: it is built there from the npm base when
-// missing, and without a base mkmodel stops with the commands that make one. Returns false after
-// printing that error.
-bool ensure_default_tokenizer() {
-  const fs::path dir = model::default_tokenizer_dir();
+// must hold the architecture's tokenizer (V4 or V4.1) before anything is written: it is built there
+// from the npm base when missing, and without a base mkmodel stops with the commands that make one.
+// Returns false after printing that error.
+bool ensure_default_tokenizer(model::Architecture arch) {
+  const std::string_view version_name = model::architecture_info(arch).tokenizer_version;
+  const std::optional<tokenizer::DeepseekVersion> version = tokenizer::parse_deepseek_version(version_name);
+  DSINFER_CHECK(version.has_value(), "dsinfer mkmodel: no tokenizer version '", version_name, "'");
+  const fs::path dir = model::default_tokenizer_dir(arch);
   if (fs::is_regular_file(dir / "tokenizer.json")) return true;
   const std::optional<fs::path> base = find_npm_v3_base();
   if (!base) {
@@ -72,36 +77,36 @@ bool ensure_default_tokenizer() {
                  "Make the tokenizer with\n"
                  "    scripts/setup.sh && scripts/tokenizers.sh          (in the dsinfer repository)\n"
                  "or, with a DeepSeek-V3 tokenizer.json at hand,\n"
-                 "    dsinfer mktokenizer --base V3/tokenizer.json --version v4 --out %s\n"
+                 "    dsinfer mktokenizer --base V3/tokenizer.json --version %s --out %s\n"
                  "or pass --tokenizer-dir DIR (a folder with tokenizer.json).\n",
-                 d.c_str(), looked.c_str(), d.c_str());
+                 d.c_str(), looked.c_str(), std::string(version_name).c_str(), d.c_str());
     return false;
   }
   std::ifstream in(*base, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
   DSINFER_CHECK(in.good() || in.eof(), "cannot read ", base->string());
-  std::printf("building the V4 tokenizer from %s into %s\n", base->c_str(), dir.c_str());
-  const std::string json =
-      tokenizer::build_deepseek_tokenizer_json(text.str(), tokenizer::DeepseekVersion::kV4, base->string());
+  std::printf("building the %s tokenizer from %s into %s\n", std::string(version_name).c_str(), base->c_str(),
+              dir.c_str());
+  const std::string json = tokenizer::build_deepseek_tokenizer_json(text.str(), *version, base->string());
   fs::create_directories(dir);
-  write_atomically(dir / "tokenizer_config.json",
-                   tokenizer::build_deepseek_tokenizer_config(tokenizer::DeepseekVersion::kV4));
+  write_atomically(dir / "tokenizer_config.json", tokenizer::build_deepseek_tokenizer_config(*version));
   write_atomically(dir / "tokenizer.json", json);  // last: its presence means the folder is complete
   return true;
 }
 
 int run_mkmodel(int argc, char** argv) {
   Args args("mkmodel",
-            "Write a synthetic DeepSeek-V4 checkpoint (random weights in the official safetensors layout)\n"
-            "for a config.json. Deterministic for a seed.");
-  args.option("config", "FILE", "model config.json (e.g. configs/tiny.json)");
+            "Write a synthetic DeepSeek-V4 or V4.1 checkpoint (random weights in the official safetensors\n"
+            "layout of the config's architecture) for a config.json. Deterministic for a seed. V4.1\n"
+            "checkpoints get 32x32 FP8 blocks, FP8 Engram tables and an engram_token_map.json sidecar.");
+  args.option("config", "FILE", "model config.json (e.g. configs/tiny.json, configs/tiny-v41.json)");
   args.option("seed", "N", "random seed", "0");
   args.option("out", "DIR", "output model directory (created; old model files in it are replaced)");
   args.option("tokenizer-dir", "DIR",
               "copy tokenizer.json and tokenizer_config.json from DIR (default: "
-              "${DSINFER_HOME:-$HOME/.cache/dsinfer}/tokenizers/v4, built there from the npm DeepSeek-V3 "
-              "tokenizer when missing)");
+              "${DSINFER_HOME:-$HOME/.cache/dsinfer}/tokenizers/v4, or .../v41 for a V4.1 config, built there "
+              "from the npm DeepSeek-V3 tokenizer when missing)");
   args.option("shard-size-mb", "MB", "split into shards of at most MB MiB with an index (0: one file)", "0");
   if (!args.parse(argc, argv)) return args.exit_code();
 
@@ -112,7 +117,7 @@ int run_mkmodel(int argc, char** argv) {
   DSINFER_CHECK(seed >= 0, "dsinfer mkmodel: --seed must be >= 0, got ", seed);
   opt.seed = static_cast<uint64_t>(seed);
   opt.tokenizer_dir = args.get_optional("tokenizer-dir");
-  if (!opt.tokenizer_dir && !ensure_default_tokenizer()) return 1;
+  if (!opt.tokenizer_dir && !ensure_default_tokenizer(model::ModelConfig::load(opt.config_path).arch)) return 1;
   const int64_t shard_mb = args.get_int("shard-size-mb");
   DSINFER_CHECK(shard_mb >= 0, "dsinfer mkmodel: --shard-size-mb must be >= 0, got ", shard_mb);
   opt.shard_size_bytes = static_cast<uint64_t>(shard_mb) << 20;

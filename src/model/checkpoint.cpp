@@ -25,9 +25,12 @@ std::string layout(DType dtype, const std::vector<int64_t>& shape) {
   return core::str_cat(dtype_name(dtype), " ", shape_string(shape));
 }
 
-// Scales may be stored as F32 instead of E8M0 (V4-Flash-Base, §4.3).
-bool dtype_acceptable(const TensorSpec& spec, DType actual) {
-  return actual == spec.dtype || (spec.kind == TensorKind::kLinearScale && actual == DType::kF32);
+// Scales may be stored as F32 instead of E8M0 (V4-Flash-Base, §4.3); V4.1 norm weights may be F32
+// (model-v41.md §4.3, §10 item 2: the release's norm dtype was not seen, BF16 assumed).
+bool dtype_acceptable(const ModelConfig& c, const TensorSpec& spec, DType actual) {
+  if (actual == spec.dtype) return true;
+  if (spec.kind == TensorKind::kLinearScale && actual == DType::kF32) return true;
+  return c.arch == Architecture::kDeepseekV41 && spec.kind == TensorKind::kNorm && actual == DType::kF32;
 }
 
 void append_list(std::ostringstream& o, const char* title, const std::vector<std::string>& items, size_t limit) {
@@ -35,6 +38,14 @@ void append_list(std::ostringstream& o, const char* title, const std::vector<std
   o << "\n  " << title << " (" << items.size() << "):";
   for (size_t i = 0; i < items.size() && i < limit; ++i) o << "\n    " << items[i];
   if (items.size() > limit) o << "\n    ... and " << items.size() - limit << " more";
+}
+
+// The vision tower of a V4.1 release (vision_config.num_hidden_layers > 0): vision.*, aligner.* and
+// the image span delimiters. A text-only engine skips them by name (model-v41.md §4.1, §8 item 16).
+bool is_vision_tensor(const ModelConfig& c, std::string_view name) {
+  if (c.arch != Architecture::kDeepseekV41) return false;
+  return name.substr(0, 7) == "vision." || name.substr(0, 8) == "aligner." || name == "image_start" ||
+         name == "image_end" || name == "image_newline";
 }
 
 // "<prefix><n>." at the start of name: n, else -1.
@@ -78,6 +89,7 @@ void check_counts_against_files(const std::string& dir, const ModelConfig& c,
 std::string InventoryReport::describe(size_t limit) const {
   std::ostringstream o;
   o << "expected " << expected_count << " tensors, found " << found_count;
+  if (ignored_vision > 0) o << " (" << ignored_vision << " vision tensors ignored: text-only engine)";
   if (ok()) return o.str() + ": all present with the expected dtype and shape";
   append_list(o, "missing", missing, limit);
   append_list(o, "wrong dtype or shape", mismatched, limit);
@@ -198,7 +210,7 @@ const TensorView& Checkpoint::get_expected(std::string_view name) const {
                 "' is not a tensor of this config's layout");
   const TensorSpec& spec = inventory_[it->second];
   const TensorView& t = get(name);
-  DSINFER_CHECK(dtype_acceptable(spec, t.dtype) && t.shape == spec.shape, "checkpoint ", dir_, ": tensor '", name,
+  DSINFER_CHECK(dtype_acceptable(config_, spec, t.dtype) && t.shape == spec.shape, "checkpoint ", dir_, ": tensor '", name,
                 "' in ", *t.file, ": expected ", layout(spec.dtype, spec.shape), ", found ", layout(t.dtype, t.shape));
   return t;
 }
@@ -226,10 +238,17 @@ kernels::WeightView Checkpoint::linear(const std::string& prefix, int64_t rows, 
   };
   switch (w.dtype) {
     case DType::kF8E4M3:
+    {
       v.format = kernels::WeightFormat::kFP8;
       check_shape(w, {rows, cols}, "weight");
-      check_scale({(rows + 127) / 128, (cols + 127) / 128});
+      const int64_t b = config_.weight_block;
+      check_scale({(rows + b - 1) / b, (cols + b - 1) / b});
+      // kernels::WeightView reads FP8 scales on a 128 x 128 grid; a 32 x 32 grid (V4.1) would be read
+      // wrongly without a word, so it is refused until the kernels take the block as a parameter.
+      DSINFER_CHECK(b == 128, where, ": FP8 weights with ", b, "x", b,
+                    " scale blocks are not supported by the linear kernels yet (only 128x128)");
       break;
+    }
     case DType::kI8:
     case DType::kU8:
       DSINFER_CHECK(cols % 32 == 0, where, ": FP4 weights need in-features divisible by 32, got ", cols);
@@ -270,13 +289,18 @@ InventoryReport Checkpoint::check_inventory() const {
     const TensorView* t = find(spec.name);
     if (t == nullptr) {
       r.missing.push_back(spec.name);
-    } else if (!dtype_acceptable(spec, t->dtype) || t->shape != spec.shape) {
+    } else if (!dtype_acceptable(config_, spec, t->dtype) || t->shape != spec.shape) {
       r.mismatched.push_back(core::str_cat(spec.name, ": expected ", layout(spec.dtype, spec.shape), ", found ",
                                            layout(t->dtype, t->shape), " in ", *t->file));
     }
   }
   for (const auto& [name, t] : tensors_) {
-    if (!inventory_index_.count(name)) r.extra.push_back(core::str_cat(name, " (", *t->file, ")"));
+    if (inventory_index_.count(name)) continue;
+    if (is_vision_tensor(config_, name)) {
+      ++r.ignored_vision;
+    } else {
+      r.extra.push_back(core::str_cat(name, " (", *t->file, ")"));
+    }
   }
   return r;
 }

@@ -28,6 +28,8 @@ struct InventoryReport {
   std::vector<std::string> mismatched;  // "name: expected F8_E4M3 [..], found BF16 [..] in <file>"
   size_t expected_count = 0;
   size_t found_count = 0;
+  size_t ignored_vision = 0;            // V4.1 vision tower tensors a text-only engine skips by name
+
   bool ok() const { return missing.empty() && extra.empty() && mismatched.empty(); }
   // Every problem, each list cut after `limit` entries with a count of the rest.
   std::string describe(size_t limit = 20) const;
@@ -58,8 +60,8 @@ class Checkpoint {
   // The tensor as its inventory spec says (dtype + shape from the config).
   const TensorView& get_expected(std::string_view name) const;
 
-  // A linear weight by prefix ("layers.0.attn.wq_a"): FP8 E4M3 + E8M0/F32 [ceil(out/128), ceil(in/128)]
-  // scale, FP4 (I8 [out, in/2]) + E8M0/F32 [out, in/32], BF16 or F32 [out, in]. rows/cols are the
+  // A linear weight by prefix ("layers.0.attn.wq_a"): FP8 E4M3 + E8M0/F32 [ceil(out/B), ceil(in/B)]
+  // scale (B = config().weight_block; only 128 is accepted until the kernels take B), FP4 (I8 [out, in/2]) + E8M0/F32 [out, in/32], BF16 or F32 [out, in]. rows/cols are the
   // logical [out, in]; the storage is what the file holds, checked against these dims.
   kernels::WeightView linear(const std::string& prefix, int64_t rows, int64_t cols) const;
   // Same, with rows/cols taken from the inventory (the prefix must be a linear of this config).

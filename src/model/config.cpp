@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/layer_schedule.h"
+#include "model/registry.h"
 
 namespace dsinfer::model {
 namespace {
@@ -46,6 +48,14 @@ constexpr Limit kHcMult{"hc_mult", 16, 4};
 constexpr Limit kSinkhornIters{"hc_sinkhorn_iters", 1000, 20};  // run per token and layer
 constexpr Limit kDsparkBlock{"dspark_block_size", 64, 5};
 constexpr Limit kMarkovRank{"dspark_markov_rank", 65536, 256};
+constexpr Limit kCandidateBlocks{"candidate_topk_blocks", int64_t{1} << 20, 2048};  // V4.1 values
+constexpr Limit kCandidateBlockSize{"candidate_block_size", 4096, 8};
+constexpr Limit kEngramLayers{"engram_layer_ids", 16, 2};
+constexpr Limit kEngramNgram{"engram_max_ngram_size", 8, 4};
+constexpr Limit kEngramHeads{"engram_n_heads", 64, 8};
+constexpr Limit kEngramHeadDim{"engram_head_dim", 4096, 256};
+// The prime search starts here and runs by trial division (model/engram_constants.cpp).
+constexpr Limit kEngramVocab{"engram_vocab_size", int64_t{1} << 31, 16000000};
 constexpr int64_t kMaxExpertInstances = int64_t{1} << 16;
 // Lists (compress_ratios, dspark_target_layer_ids) cannot be longer than the layers allow.
 constexpr size_t kMaxListEntries = kLayers.max + kMtpLayers.max;
@@ -146,7 +156,7 @@ bool is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 const char* weight_storage_name(WeightStorage s) {
   switch (s) {
     case WeightStorage::kBF16: return "bf16";
-    case WeightStorage::kFP8: return "fp8 (e4m3, 128x128 e8m0 scales)";
+    case WeightStorage::kFP8: return "fp8 (e4m3, block e8m0 scales)";
     case WeightStorage::kFP4: return "fp4 (e2m1 packed, 1x32 e8m0 scales)";
   }
   return "?";
@@ -158,27 +168,102 @@ int64_t ModelConfig::compress_ratio(int64_t layer) const {
   return compress_ratios[static_cast<size_t>(layer)];
 }
 
+const LayerRoles& ModelConfig::layer_roles(int64_t layer) const {
+  DSINFER_CHECK(layer >= 0 && layer < static_cast<int64_t>(roles.size()), "layer ", layer,
+                " out of range: the config has roles for ", roles.size(), " layers incl. MTP stages");
+  return roles[static_cast<size_t>(layer)];
+}
+
+int64_t ModelConfig::routed_experts_of(int64_t layer) const {
+  if (is_mtp_stage(layer) && dspark && dspark->n_routed_experts > 0) return dspark->n_routed_experts;
+  return n_routed_experts;
+}
+
+int64_t ModelConfig::experts_per_tok_of(int64_t layer) const {
+  if (is_mtp_stage(layer) && dspark && dspark->num_experts_per_tok > 0) return dspark->num_experts_per_tok;
+  return num_experts_per_tok;
+}
+
 std::string ModelConfig::layer_prefix(int64_t layer) const {
   if (layer < num_hidden_layers) return core::str_cat("layers.", layer, ".");
   return core::str_cat("mtp.", layer - num_hidden_layers, ".");
 }
 
-ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
-  DSINFER_CHECK(j.is_object(), "config ", source, ": top level is not a JSON object");
-  FieldReader r(j, source);
+namespace {
+
+// V4.1's HF config nests the text model under text_config (model-v41.md §1.1) with quantization_config
+// and the token ids at the top level: the text fields are read as if they stood at the top level. A
+// field in both places must agree. vision_config is not read (a text-only engine).
+json flatten_text_config(const json& top, const std::string& source) {
+  const json& text = top.at("text_config");
+  DSINFER_CHECK(text.is_object(), "config ", source, ": field 'text_config' must be an object, got ", text.dump());
+  json flat = text;
+  flat.erase("model_type");  // deepseek_v41_text: checked against the registry below
+  for (auto it = top.begin(); it != top.end(); ++it) {
+    if (it.key() == "text_config" || it.key() == "vision_config") continue;
+    if (flat.contains(it.key())) {
+      DSINFER_CHECK(flat.at(it.key()) == it.value(), "config ", source, ": field '", it.key(), "' is ",
+                    it.value().dump(), " at the top level but ", flat.at(it.key()).dump(), " in text_config");
+    } else {
+      flat[it.key()] = it.value();
+    }
+  }
+  return flat;
+}
+
+}  // namespace
+
+int64_t EngramConfig::index_of(int64_t layer) const {
+  for (size_t k = 0; k < layer_ids.size(); ++k) {
+    if (layer_ids[k] == layer) return static_cast<int64_t>(k);
+  }
+  return -1;
+}
+
+ModelConfig ModelConfig::from_json(const json& top, const std::string& source) {
+  DSINFER_CHECK(top.is_object(), "config ", source, ": top level is not a JSON object");
   ModelConfig c;
+  const bool nested = top.contains("text_config");
+  const json flat = nested ? flatten_text_config(top, source) : json();
+  const json& j = nested ? flat : top;
+  FieldReader r(j, source);
 
   const bool reference_style = r.has("dim") && !r.has("hidden_size");
+  // The reference's inference/config.json has no architectures: V4.1's has the kv-source list (§1.2).
+  const bool reference_v41 = reference_style && (r.has("kv_source_layers") || r.has("kv_source_layer_ids"));
   if (r.has("architectures")) {
     const json& a = j.at("architectures");
     DSINFER_CHECK(a.is_array() && !a.empty() && a[0].is_string(), "config ", source,
                   ": field 'architectures' must be a non-empty list of strings, got ", a.dump());
     c.architecture = a[0].get<std::string>();
   } else if (reference_style) {
-    c.architecture = "DeepseekV4ForCausalLM";
+    c.architecture = reference_v41 ? "DeepseekV41ForCausalLM" : "DeepseekV4ForCausalLM";
   }
-  c.model_type = r.string("model_type", "", reference_style ? std::optional<std::string>("deepseek_v4") : std::nullopt);
-  if (c.architecture.empty() && c.model_type == "deepseek_v4") c.architecture = "DeepseekV4ForCausalLM";
+  const std::optional<std::string> default_type =
+      reference_style ? std::optional<std::string>(reference_v41 ? "deepseek_v41" : "deepseek_v4") : std::nullopt;
+  c.model_type = r.string("model_type", "", default_type);
+  if (c.architecture.empty()) {
+    for (const auto& a : architectures()) {
+      if (a.model_type == c.model_type) c.architecture = std::string(a.name);
+    }
+  }
+  const ArchitectureInfo* info = find_architecture(c.architecture);
+  DSINFER_CHECK(info != nullptr, "config ", source, ": field 'architectures' names '", c.architecture,
+                "', which this engine does not know (known: ", known_architecture_names(), ")");
+  c.arch = info->id;
+  DSINFER_CHECK(c.model_type == info->model_type, "config ", source, ": field 'model_type' must be '",
+                info->model_type, "' for ", info->name, ", got '", c.model_type, "'");
+  if (!info->text_model_type.empty() && nested) {
+    const json& tm = top.at("text_config");
+    DSINFER_CHECK(!tm.contains("model_type") || tm.at("model_type") == info->text_model_type, "config ", source,
+                  ": field 'text_config.model_type' must be '", info->text_model_type, "', got ",
+                  tm.contains("model_type") ? tm.at("model_type").dump() : "");
+  }
+  const bool v41 = c.arch == Architecture::kDeepseekV41;
+  c.weight_block = info->weight_block;
+  c.activation_block = info->activation_block;
+  c.deferred_mix = v41;
+  c.q_head_norm = !v41;
 
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size", "dim");
@@ -267,12 +352,23 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     DSINFER_CHECK(method == "fp8", "config ", source, ": quantization_config.quant_method '", method,
                   "' is not supported (only fp8)");
     const std::string fmt = qr.string("fmt", "", "e4m3");
+    // activation_scheme "dynamic" is the only one the reference knows; expert_dtype may sit here (V4.1).
+    if (q.contains("expert_dtype") && !r.has("expert_dtype")) {
+      const std::string e = qr.string("expert_dtype");
+      DSINFER_CHECK(e == "fp4" || e == "fp8" || e == "bf16" || e == "bfloat16", "config ", source,
+                    ": quantization_config.expert_dtype must be fp4, fp8 or bf16, got '", e, "'");
+      c.expert_storage = e == "fp4" ? WeightStorage::kFP4 : e == "fp8" ? WeightStorage::kFP8 : WeightStorage::kBF16;
+    }
     DSINFER_CHECK(fmt == "e4m3", "config ", source, ": quantization_config.fmt '", fmt, "' is not supported (only e4m3)");
     if (q.contains("weight_block_size")) {
       const auto block = qr.integers("weight_block_size");
-      DSINFER_CHECK(block == std::vector<int64_t>({128, 128}), "config ", source,
-                    ": quantization_config.weight_block_size ", q.at("weight_block_size").dump(),
-                    " is not supported (V4 uses [128, 128])");
+      const std::vector<int64_t> want = {info->weight_block, info->weight_block};
+      DSINFER_CHECK(block == want, "config ", source, ": quantization_config.weight_block_size ",
+                    q.at("weight_block_size").dump(), " is not supported (", info->name, " uses [", want[0], ", ",
+                    want[1], "])");
+    } else {
+      DSINFER_CHECK(!v41, "config ", source, ": quantization_config has no weight_block_size (", info->name,
+                    " uses [32, 32], model-v41.md §1.5)");
     }
     if (q.contains("scale_fmt")) {
       const std::string sf = qr.string("scale_fmt");
@@ -290,7 +386,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     else if (e == "fp8") c.expert_storage = WeightStorage::kFP8;
     else if (e == "bf16" || e == "bfloat16") c.expert_storage = WeightStorage::kBF16;
     else core::fail("config ", source, ": field 'expert_dtype' must be fp4, fp8 or bf16, got '", e, "'");
-  } else {
+  } else if (!(r.has("quantization_config") && j.at("quantization_config").is_object() &&
+               j.at("quantization_config").contains("expert_dtype"))) {
     c.expert_storage = c.linear_storage;
   }
 
@@ -300,10 +397,42 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& source) {
     d.noise_token_id = r.integer("dspark_noise_token_id");
     d.target_layer_ids = r.integers("dspark_target_layer_ids");
     d.markov_rank = r.integer("dspark_markov_rank");
+    d.n_routed_experts = r.integer("dspark_n_routed_experts", "", 0);
+    d.num_experts_per_tok = r.integer("dspark_num_experts_per_tok", "dspark_n_activated_experts", 0);
     c.dspark = d;
   }
 
+  c.pad_token_id = r.integer("pad_token_id", "", -1);
+  c.image_token_id = r.integer("image_token_id", "", -1);
+  if (v41) {
+    c.kv_source_layer_ids = r.integers("kv_source_layer_ids", "kv_source_layers");
+    c.index_source_layer_ids = r.integers("index_source_layer_ids", "index_source_layers");
+    c.candidate_source_layer_id = r.integer("candidate_source_layer_id", "candidate_source_layer", -1);
+    c.candidate_topk_blocks = r.integer("candidate_topk_blocks", "", 0);
+    c.candidate_block_size = r.integer("candidate_block_size", "", 0);
+    c.gate_temp = r.number("gate_temp", "", 1.0);
+    if (r.has("engram_layer_ids")) {
+      EngramConfig e;
+      e.layer_ids = r.integers("engram_layer_ids");
+      e.num_embeddings = r.integers("engram_num_embeddings");
+      e.max_ngram_size = r.integer("engram_max_ngram_size");
+      e.vocab_size = r.integer("engram_vocab_size");
+      e.n_heads = r.integer("engram_n_heads");
+      e.head_dim = r.integer("engram_head_dim");
+      e.pad_token_id = r.integer("engram_pad_token_id", "engram_pad_id");
+      e.compressed_vocab_size = r.integer("engram_compressed_vocab_size");
+      if (!e.layer_ids.empty()) c.engram = e;  // the reference's default: no Engram
+    }
+  } else {
+    for (const char* v41_only : {"kv_source_layer_ids", "index_source_layer_ids", "engram_layer_ids",
+                                 "candidate_source_layer_id"}) {
+      DSINFER_CHECK(!r.has(v41_only), "config ", source, ": field '", v41_only, "' belongs to DeepseekV41ForCausalLM, ",
+                    "not ", c.architecture);
+    }
+  }
+
   c.validate(source);
+  c.roles = compute_layer_roles(c);
   return c;
 }
 
@@ -315,10 +444,13 @@ void ModelConfig::validate(const std::string& source) const {
     need(v > 0, field, core::str_cat("must be positive, got ", v));
   };
 
-  need(architecture == "DeepseekV4ForCausalLM", "architectures",
-       core::str_cat("must be [\"DeepseekV4ForCausalLM\"], got '", architecture, "'",
-                     architecture == "DeepseekV41ForCausalLM" ? " (V4.1 is a different architecture, not supported)" : ""));
-  need(model_type == "deepseek_v4", "model_type", core::str_cat("must be 'deepseek_v4', got '", model_type, "'"));
+  const ArchitectureInfo* info = find_architecture(architecture);
+  need(info != nullptr && info->id == arch, "architectures",
+       core::str_cat("names '", architecture, "', which this engine does not know (known: ", known_architecture_names(),
+                     ")"));
+  need(model_type == info->model_type, "model_type",
+       core::str_cat("must be '", info->model_type, "', got '", model_type, "'"));
+  const bool v41 = arch == Architecture::kDeepseekV41;
 
   // Upper bounds first: later checks multiply fields.
   auto at_most = [&](int64_t v, const Limit& limit) {
@@ -347,8 +479,9 @@ void ModelConfig::validate(const std::string& source) const {
   at_most(hc_mult, kHcMult);
   at_most(hc_sinkhorn_iters, kSinkhornIters);
   // Every (layer, expert) pair has its own tensors: the inventory and the loader's tables scale with it.
-  need(n_routed_experts <= 0 || num_hidden_layers <= 0 || n_mtp_layers < 0 ||
-           n_routed_experts * (num_hidden_layers + n_mtp_layers) <= kMaxExpertInstances,
+  const int64_t stage_experts = dspark && dspark->n_routed_experts > 0 ? dspark->n_routed_experts : n_routed_experts;
+  need(n_routed_experts <= 0 || num_hidden_layers <= 0 || n_mtp_layers < 0 || stage_experts < 0 ||
+           n_routed_experts * num_hidden_layers + stage_experts * n_mtp_layers <= kMaxExpertInstances,
        "n_routed_experts",
        core::str_cat("(", n_routed_experts, ") times the ", num_hidden_layers + n_mtp_layers,
                      " layers incl. MTP stages exceeds the limit of this engine, ", kMaxExpertInstances,
@@ -364,6 +497,21 @@ void ModelConfig::validate(const std::string& source) const {
   if (dspark) {
     at_most(dspark->block_size, kDsparkBlock);
     at_most(dspark->markov_rank, kMarkovRank);
+    need(dspark->n_routed_experts >= 0 && dspark->n_routed_experts <= kRoutedExperts.max, "dspark_n_routed_experts",
+         core::str_cat("(", dspark->n_routed_experts, ") must be in [0, ", kRoutedExperts.max, "] (0: as the backbone)"));
+  }
+  if (v41) {
+    at_most(candidate_topk_blocks, kCandidateBlocks);
+    at_most(candidate_block_size, kCandidateBlockSize);
+    if (engram) {
+      need(engram->layer_ids.size() <= static_cast<size_t>(kEngramLayers.max), "engram_layer_ids",
+           core::str_cat("has ", engram->layer_ids.size(), " entries, more than the limit of this engine, ",
+                         kEngramLayers.max, " (V4.1-Flash has 2)"));
+      at_most(engram->max_ngram_size, kEngramNgram);
+      at_most(engram->n_heads, kEngramHeads);
+      at_most(engram->head_dim, kEngramHeadDim);
+      at_most(engram->vocab_size, kEngramVocab);
+    }
   }
 
   positive(vocab_size, "vocab_size");
@@ -377,9 +525,11 @@ void ModelConfig::validate(const std::string& source) const {
   need(qk_rope_head_dim % 2 == 0, "qk_rope_head_dim", core::str_cat("must be even (interleaved pairs), got ", qk_rope_head_dim));
   need(qk_rope_head_dim < head_dim, "qk_rope_head_dim",
        core::str_cat("(", qk_rope_head_dim, ") must be smaller than head_dim (", head_dim, ")"));
-  need(nope_head_dim() % 64 == 0, "head_dim",
-       core::str_cat("minus qk_rope_head_dim (", head_dim, " - ", qk_rope_head_dim, " = ", nope_head_dim(),
-                     ") must be divisible by 64 (FP8 QDQ of the nope dims uses blocks of 64)"));
+  if (!v41) {  // V4.1 quantizes the whole vector in blocks of 32 (checked with the schedule)
+    need(nope_head_dim() % 64 == 0, "head_dim",
+         core::str_cat("minus qk_rope_head_dim (", head_dim, " - ", qk_rope_head_dim, " = ", nope_head_dim(),
+                       ") must be divisible by 64 (FP8 QDQ of the nope dims uses blocks of 64)"));
+  }
   positive(q_lora_rank, "q_lora_rank");
   positive(o_groups, "o_groups");
   positive(o_lora_rank, "o_lora_rank");
@@ -400,16 +550,23 @@ void ModelConfig::validate(const std::string& source) const {
   positive(max_position_embeddings, "max_position_embeddings");
 
   positive(index_n_heads, "index_n_heads");
-  need(is_power_of_two(index_head_dim) && index_head_dim >= 32, "index_head_dim",
-       core::str_cat("must be a power of two >= 32 (Hadamard rotation + FP4 QDQ blocks of 32), got ", index_head_dim));
+  if (v41) {  // no Hadamard rotation in V4.1 (model-v41.md §2.7.2)
+    need(index_head_dim >= 32 && index_head_dim % 32 == 0, "index_head_dim",
+         core::str_cat("must be a positive multiple of 32 (FP4 QDQ blocks of 32), got ", index_head_dim));
+  } else {
+    need(is_power_of_two(index_head_dim) && index_head_dim >= 32, "index_head_dim",
+         core::str_cat("must be a power of two >= 32 (Hadamard rotation + FP4 QDQ blocks of 32), got ", index_head_dim));
+  }
   need(index_head_dim >= qk_rope_head_dim, "index_head_dim",
        core::str_cat("(", index_head_dim, ") must hold the qk_rope_head_dim (", qk_rope_head_dim, ") rotary dims"));
   positive(index_topk, "index_topk");
   // A CSA layer has max_position_embeddings / 4 entries at most: a larger top-k can never be filled.
-  need(index_topk <= std::max<int64_t>(1, max_position_embeddings / 4), "index_topk",
-       core::str_cat("(", index_topk, ") exceeds the ", max_position_embeddings / 4,
-                     " compressed entries a CSA layer holds at max_position_embeddings (", max_position_embeddings,
-                     ") / 4"));
+  // (V4.1's ratio-1 layers hold one entry per position.)
+  const int64_t min_ratio = v41 ? 1 : 4;
+  need(index_topk <= std::max<int64_t>(1, max_position_embeddings / min_ratio), "index_topk",
+       core::str_cat("(", index_topk, ") exceeds the ", max_position_embeddings / min_ratio,
+                     " compressed entries a layer of ratio ", min_ratio, " holds at max_position_embeddings (",
+                     max_position_embeddings, ")"));
 
   positive(moe_intermediate_size, "moe_intermediate_size");
   positive(n_routed_experts, "n_routed_experts");
@@ -430,7 +587,7 @@ void ModelConfig::validate(const std::string& source) const {
   positive(hc_sinkhorn_iters, "hc_sinkhorn_iters");
   need(hc_eps > 0, "hc_eps", core::str_cat("must be positive, got ", hc_eps));
   need(rms_norm_eps > 0, "rms_norm_eps", core::str_cat("must be positive, got ", rms_norm_eps));
-  need(!tie_word_embeddings, "tie_word_embeddings", "must be false (V4 has separate embed.weight and head.weight)");
+  need(!tie_word_embeddings, "tie_word_embeddings", "must be false (V4 and V4.1 have separate embed.weight and head.weight)");
   need(bos_token_id >= 0 && bos_token_id < vocab_size, "bos_token_id",
        core::str_cat("(", bos_token_id, ") must be a token id below vocab_size (", vocab_size, ")"));
   need(eos_token_id >= 0 && eos_token_id < vocab_size, "eos_token_id",
@@ -468,10 +625,12 @@ void ModelConfig::validate(const std::string& source) const {
        core::str_cat("(", sliding_window, ") must be >= the largest compress ratio (", max_ratio,
                      ") so the window covers the uncompressed tail"));
 
-  // Every K dimension of an FP8/FP4 GEMM is blocked by 128 (activation quant, weight blocks, FP4->FP8).
+  // Every K dimension of an FP8/FP4 GEMM is blocked by the weight block (activation quant, weight
+  // blocks, FP4->FP8): 128 in V4, 32 in V4.1.
   auto k_dim = [&](int64_t v, const std::string& field, const std::string& what) {
-    need(v % 128 == 0, field,
-         core::str_cat(what, " (", v, ") must be divisible by 128: it is the K dimension of FP8/FP4 weights"));
+    need(v % weight_block == 0, field,
+         core::str_cat(what, " (", v, ") must be divisible by ", weight_block,
+                       ": it is the K dimension of FP8/FP4 weights"));
   };
   if (linear_storage != WeightStorage::kBF16 || expert_storage != WeightStorage::kBF16) {
     k_dim(hidden_size, "hidden_size", "hidden_size");
@@ -500,7 +659,48 @@ void ModelConfig::validate(const std::string& source) const {
       k_dim(hidden_size * static_cast<int64_t>(dspark->target_layer_ids.size()), "dspark_target_layer_ids",
             "hidden_size * len(dspark_target_layer_ids)");
     }
+    if (dspark->n_routed_experts > 0) {
+      const int64_t k = dspark->num_experts_per_tok > 0 ? dspark->num_experts_per_tok : num_experts_per_tok;
+      need(k <= dspark->n_routed_experts, "dspark_num_experts_per_tok",
+           core::str_cat("(", k, ") must not exceed dspark_n_routed_experts (", dspark->n_routed_experts, ")"));
+    }
+    need(dspark->num_experts_per_tok >= 0, "dspark_num_experts_per_tok",
+         core::str_cat("must be >= 0 (0: as the backbone), got ", dspark->num_experts_per_tok));
   }
+
+  if (!v41) return;
+  // ---- V4.1 (model-v41.md §1.3, §1.5) ----
+  need(num_hash_layers == 0, "num_hash_layers", core::str_cat("must be 0: V4.1 has no hash-routed layers, got ", num_hash_layers));
+  need(n_mtp_layers == 0 || dspark.has_value(), "dspark_block_size",
+       "is missing: the draft stages of V4.1 are DSpark stages (model-v41.md §2.12)");
+  need(num_nextn_predict_layers == n_mtp_layers, "num_nextn_predict_layers",
+       core::str_cat("(", num_nextn_predict_layers, ") must equal the number of draft stages, len(compress_ratios) - ",
+                     "num_hidden_layers = ", n_mtp_layers, " (model-v41.md §1.1)"));
+  need(std::isfinite(gate_temp) && gate_temp > 0, "gate_temp", core::str_cat("must be positive, got ", gate_temp));
+  need(pad_token_id >= -1 && pad_token_id < vocab_size, "pad_token_id",
+       core::str_cat("(", pad_token_id, ") must be a token id below vocab_size (", vocab_size, ")"));
+  need(image_token_id >= -1 && image_token_id < vocab_size, "image_token_id",
+       core::str_cat("(", image_token_id, ") must be a token id below vocab_size (", vocab_size, ")"));
+  need(rope_scaling.has_value(), "rope_scaling", "is missing: every compressed V4.1 layer uses YaRN (model-v41.md §2.4.1)");
+  need(head_dim % 16 == 0, "head_dim", core::str_cat("(", head_dim, ") must be a multiple of 16 (§1.3 rule 7)"));
+  if (engram) {
+    const EngramConfig& e = *engram;
+    need(e.max_ngram_size >= 2, "engram_max_ngram_size", core::str_cat("must be >= 2 (n-grams of 2..N tokens), got ", e.max_ngram_size));
+    positive(e.n_heads, "engram_n_heads");
+    positive(e.head_dim, "engram_head_dim");
+    need(e.vocab_size >= 2, "engram_vocab_size", core::str_cat("must be >= 2 (the prime search starts there), got ", e.vocab_size));
+    need(e.compressed_vocab_size >= 1 && e.compressed_vocab_size <= vocab_size, "engram_compressed_vocab_size",
+         core::str_cat("(", e.compressed_vocab_size, ") must be in [1, vocab_size = ", vocab_size, "]"));
+    need(e.pad_token_id >= 0 && e.pad_token_id < vocab_size, "engram_pad_token_id",
+         core::str_cat("(", e.pad_token_id, ") must be a token id below vocab_size (", vocab_size, ")"));
+    for (size_t k = 0; k < e.num_embeddings.size(); ++k) {
+      need(e.num_embeddings[k] > 0, "engram_num_embeddings", core::str_cat("[", k, "] must be positive, got ", e.num_embeddings[k]));
+    }
+    if (linear_storage != WeightStorage::kBF16) {
+      k_dim(e.columns() * e.head_dim, "engram_head_dim", "(engram_max_ngram_size - 1) * engram_n_heads * engram_head_dim");
+    }
+  }
+  check_v41_schedule(*this, source);
 }
 
 ModelConfig ModelConfig::parse(const std::string& text, const std::string& source) {
@@ -524,7 +724,71 @@ ModelConfig ModelConfig::load(const std::string& path) {
   return parse(text, path);
 }
 
+namespace {
+
+std::string list_string(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += core::str_cat(i ? ", " : "", v[i]);
+  return out + "]";
+}
+
+// V4.1: the layer schedule as roles (model-v41.md §1.3).
+std::string summary_v41(const ModelConfig& c) {
+  std::ostringstream o;
+  int64_t by_ratio[3] = {0, 0, 0};
+  for (int64_t L = 0; L < c.num_hidden_layers; ++L) ++by_ratio[std::clamp<int64_t>(c.compress_ratio(L), 0, 2)];
+  o << c.architecture << " (" << c.model_type << ")\n"
+    << "  vocab " << c.vocab_size << ", hidden " << c.hidden_size << ", layers " << c.num_hidden_layers << " ("
+    << by_ratio[0] << " SWA, " << by_ratio[2] << " ratio 2, " << by_ratio[1] << " ratio 1) + " << c.n_mtp_layers
+    << " DSpark stage(s)\n"
+    << "  attention: " << c.num_attention_heads << " heads x " << c.head_dim << " (rope " << c.qk_rope_head_dim
+    << "), q_lora " << c.q_lora_rank << ", o_groups " << c.o_groups << " x o_lora " << c.o_lora_rank << ", window "
+    << c.sliding_window << ", no per-head q norm, deferred mHC mixing\n"
+    << "  CSA2: kv sources " << list_string(c.kv_source_layer_ids) << ", index sources "
+    << list_string(c.index_source_layer_ids) << ", indexer " << c.index_n_heads << " heads x " << c.index_head_dim
+    << ", top-" << c.index_topk << "\n";
+  if (c.candidate_source_layer_id >= 0) {
+    o << "  candidates: source layer " << c.candidate_source_layer_id << ", " << c.candidate_topk_blocks
+      << " blocks of " << c.candidate_block_size << "\n";
+  }
+  o << "  layer roles:";
+  for (int64_t L = 0; L < c.num_hidden_layers; ++L) {
+    const LayerRoles& r = c.layer_roles(L);
+    o << (L % 8 == 0 ? "\n    " : "  ") << L << ":r" << r.ratio;
+    if (r.ratio > 0) o << " kv" << r.kv_source << " ix" << r.index_source;
+    if (r.owns_compressor) o << " C";
+    if (r.owns_indexer) o << " I";
+    if (r.candidate_source) o << " Cs";
+    if (r.candidate_user) o << " Cu";
+    if (r.engram >= 0) o << " E";
+    if (r.dspark_target) o << " T";
+  }
+  o << "\n    (kvN/ixN: kv / index source; C compressor, I indexer, Cs/Cu candidate source/user, E Engram, T DSpark tap)\n";
+  if (c.engram) {
+    const EngramConfig& e = *c.engram;
+    o << "  engram: layers " << list_string(e.layer_ids) << ", rows " << list_string(e.num_embeddings) << ", "
+      << "2.." << e.max_ngram_size << "-grams x " << e.n_heads << " heads x " << e.head_dim << ", primes from "
+      << e.vocab_size << ", compressed vocab " << e.compressed_vocab_size << "\n";
+  }
+  o << "  moe: " << c.n_routed_experts << " routed (top-" << c.num_experts_per_tok << ") + " << c.n_shared_experts
+    << " shared, intermediate " << c.moe_intermediate_size << ", " << c.scoring_func << ", scale "
+    << c.routed_scaling_factor << ", gate_temp " << c.gate_temp << ", swiglu limit " << c.swiglu_limit << "\n"
+    << "  mHC: " << c.hc_mult << " streams, " << c.hc_sinkhorn_iters << " Sinkhorn iterations\n"
+    << "  weights: linear " << weight_storage_name(c.linear_storage) << ", experts "
+    << weight_storage_name(c.expert_storage) << ", FP8 blocks " << c.weight_block << "x" << c.weight_block << "\n";
+  if (c.dspark) {
+    const DSparkConfig& d = *c.dspark;
+    o << "  dspark: block " << d.block_size << ", noise token " << d.noise_token_id << ", markov rank "
+      << d.markov_rank << ", targets " << list_string(d.target_layer_ids) << ", " << c.routed_experts_of(c.num_hidden_layers)
+      << " experts top-" << c.experts_per_tok_of(c.num_hidden_layers) << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace
+
 std::string ModelConfig::summary() const {
+  if (arch == Architecture::kDeepseekV41) return summary_v41(*this);
   int64_t swa = 0, csa = 0, hca = 0;
   for (int64_t L = 0; L < num_hidden_layers; ++L) {
     if (is_csa(L)) ++csa;

@@ -51,7 +51,8 @@ class Builder {
     s.name = prefix + ".scale";
     s.kind = TensorKind::kLinearScale;
     s.dtype = DType::kF8E8M0;
-    s.shape = storage == WeightStorage::kFP8 ? std::vector<int64_t>{(rows + 127) / 128, (cols + 127) / 128}
+    const int64_t b = c_.weight_block;
+    s.shape = storage == WeightStorage::kFP8 ? std::vector<int64_t>{(rows + b - 1) / b, (cols + b - 1) / b}
                                              : std::vector<int64_t>{rows, cols / 32};
     out.push_back(std::move(s));
   }
@@ -74,7 +75,86 @@ class Builder {
     norm(prefix + "norm.weight", out_dim);
   }
 
+  // The V4.1 block (model-v41.md §4.2): what a layer holds follows its roles.
+  void block_v41(int64_t L) {
+    layer_ = L;
+    const LayerRoles& roles = c_.layer_roles(L);
+    const std::string p = c_.layer_prefix(L);
+    const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, hd = c_.head_dim;
+    const WeightStorage lin = c_.linear_storage;
+    norm(p + "attn_norm.weight", d);
+    norm(p + "ffn_norm.weight", d);
+    hc(p + "hc_attn", c_.hc_mix_dim(), 3);
+    hc(p + "hc_ffn", c_.hc_mix_dim(), 3);
+
+    const std::string a = p + "attn.";
+    tensor(a + "attn_sink", DType::kF32, {nh}, TensorKind::kAttnSink);
+    linear(a + "wq_a", c_.q_lora_rank, d, lin);
+    norm(a + "q_norm.weight", c_.q_lora_rank);
+    linear(a + "wq_b", nh * hd, c_.q_lora_rank, lin);
+    linear(a + "wkv", hd, d, lin);
+    norm(a + "kv_norm.weight", hd);
+    linear(a + "wo_a", c_.o_groups * c_.o_lora_rank, nh * hd / c_.o_groups, lin);
+    linear(a + "wo_b", d, c_.o_groups * c_.o_lora_rank, lin);
+    const std::string ix = a + "indexer.";
+    if (roles.owns_compressor) {  // §2.6: no ape, no overlap; wgate only for ratio 2; the index keys' wk
+      const std::string cp = a + "compressor.";
+      linear(cp + "wkv", hd, d, WeightStorage::kBF16);
+      if (roles.ratio == 2) linear(cp + "wgate", hd, d, WeightStorage::kBF16);
+      norm(cp + "norm.weight", hd);
+      linear(ix + "wk", c_.index_head_dim, hd, WeightStorage::kBF16);
+      norm(ix + "k_norm.weight", c_.index_head_dim);
+    }
+    if (roles.owns_indexer) {
+      linear(ix + "wq_b", c_.index_n_heads * c_.index_head_dim, c_.q_lora_rank, lin);
+      linear(ix + "weights_proj", c_.index_n_heads, d, WeightStorage::kBF16);
+    }
+    if (roles.engram >= 0) {
+      const EngramConfig& e = *c_.engram;
+      const std::string en = p + "engram.";
+      const int64_t rows = e.num_embeddings[static_cast<size_t>(roles.engram)];
+      tensor(en + "embed.weight", DType::kF8E4M3, {rows, e.head_dim}, TensorKind::kEngramTable);
+      out.back().linear = en + "embed";  // the scale travels with its table (mkmodel writes them together)
+      tensor(en + "embed.scale", DType::kF8E8M0, {rows, e.head_dim / 32}, TensorKind::kEngramScale);
+      out.back().linear = en + "embed";
+      linear(en + "wkv", (c_.hc_mult + 1) * d, e.columns() * e.head_dim, lin);
+      tensor(en + "q_weight", DType::kBF16, {c_.hc_mult, d}, TensorKind::kEngramGate);
+      tensor(en + "k_weight", DType::kBF16, {c_.hc_mult, d}, TensorKind::kEngramGate);
+    }
+    ffn(L, p + "ffn.");
+  }
+
+  // The MoE of a layer: router (gate.bias, and V4.1's gate.bias_vl for image spans), routed and shared
+  // experts.
+  void ffn(int64_t L, const std::string& f) {
+    const int64_t d = c_.hidden_size;
+    const int64_t E = c_.routed_experts_of(L), I = c_.moe_intermediate_size;
+    linear(f + "gate", E, d, WeightStorage::kBF16);
+    if (c_.is_hash_layer(L)) {
+      tensor(f + "gate.tid2eid", DType::kI64, {c_.vocab_size, c_.num_experts_per_tok}, TensorKind::kTid2Eid);
+    } else {
+      tensor(f + "gate.bias", DType::kF32, {E}, TensorKind::kGateBias);
+    }
+    if (c_.arch == Architecture::kDeepseekV41) tensor(f + "gate.bias_vl", DType::kF32, {E}, TensorKind::kGateBias);
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = core::str_cat(f, "experts.", e, ".");
+      linear(x + "w1", I, d, c_.expert_storage);
+      linear(x + "w2", d, I, c_.expert_storage);
+      linear(x + "w3", I, d, c_.expert_storage);
+    }
+    if (c_.n_shared_experts > 0) {
+      const int64_t Is = I * c_.n_shared_experts;
+      linear(f + "shared_experts.w1", Is, d, c_.linear_storage);
+      linear(f + "shared_experts.w2", d, Is, c_.linear_storage);
+      linear(f + "shared_experts.w3", Is, d, c_.linear_storage);
+    }
+  }
+
   void block(int64_t L) {
+    if (c_.arch == Architecture::kDeepseekV41) {
+      block_v41(L);
+      return;
+    }
     layer_ = L;
     const std::string p = c_.layer_prefix(L);
     const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, hd = c_.head_dim;
@@ -102,26 +182,7 @@ class Builder {
       compressor(ix + "compressor.", ratio, c_.index_head_dim);
     }
 
-    const std::string f = p + "ffn.";
-    const int64_t E = c_.n_routed_experts, I = c_.moe_intermediate_size;
-    linear(f + "gate", E, d, WeightStorage::kBF16);
-    if (c_.is_hash_layer(L)) {
-      tensor(f + "gate.tid2eid", DType::kI64, {c_.vocab_size, c_.num_experts_per_tok}, TensorKind::kTid2Eid);
-    } else {
-      tensor(f + "gate.bias", DType::kF32, {E}, TensorKind::kGateBias);
-    }
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string x = core::str_cat(f, "experts.", e, ".");
-      linear(x + "w1", I, d, c_.expert_storage);
-      linear(x + "w2", d, I, c_.expert_storage);
-      linear(x + "w3", I, d, c_.expert_storage);
-    }
-    if (c_.n_shared_experts > 0) {
-      const int64_t Is = I * c_.n_shared_experts;
-      linear(f + "shared_experts.w1", Is, d, lin);
-      linear(f + "shared_experts.w2", d, Is, lin);
-      linear(f + "shared_experts.w3", Is, d, lin);
-    }
+    ffn(L, p + "ffn.");
   }
 
   void mtp_stage(int64_t k) {
@@ -143,7 +204,13 @@ class Builder {
       linear(p + "main_proj", d, d * static_cast<int64_t>(ds.target_layer_ids.size()), c_.linear_storage);
       norm(p + "main_norm.weight", d);
     }
-    if (k == c_.n_mtp_layers - 1) {
+    if (k == c_.n_mtp_layers - 1 && c_.arch == Architecture::kDeepseekV41) {
+      // §2.12: no hc_head (the head collapses with the last FFN's pre); Markov tensors embed / head.
+      norm(p + "norm.weight", d);
+      tensor(p + "markov_head.embed.weight", DType::kBF16, {c_.vocab_size, ds.markov_rank}, TensorKind::kEmbedding);
+      linear(p + "markov_head.head", c_.vocab_size, ds.markov_rank, WeightStorage::kBF16);
+      linear(p + "confidence_head.proj", 1, d + ds.markov_rank, WeightStorage::kBF16);
+    } else if (k == c_.n_mtp_layers - 1) {
       norm(p + "norm.weight", d);
       hc_head(p);
       tensor(p + "markov_head.markov_w1.weight", DType::kBF16, {c_.vocab_size, ds.markov_rank}, TensorKind::kEmbedding);
@@ -158,7 +225,7 @@ class Builder {
     tensor("embed.weight", DType::kBF16, {c_.vocab_size, d}, TensorKind::kEmbedding);
     linear("head", c_.vocab_size, d, WeightStorage::kBF16);
     norm("norm.weight", d);
-    hc_head("");
+    if (!c_.deferred_mix) hc_head("");  // V4.1 has no hc_head (model-v41.md §2.1)
     for (int64_t L = 0; L < c_.num_hidden_layers; ++L) block(L);
     for (int64_t k = 0; k < c_.n_mtp_layers; ++k) mtp_stage(k);
   }

@@ -1,4 +1,5 @@
-// The tensors a checkpoint of a given config must hold (model-v4.md §4.2): names, dtypes, shapes. Used
+// The tensors a checkpoint of a given config must hold (model-v4.md §4.2, model-v41.md §4.2): names,
+// dtypes, shapes. Used
 // by the loader's missing/extra/shape check and by mkmodel, so the layout is written down once.
 #pragma once
 
@@ -23,6 +24,12 @@ enum class TensorKind : uint8_t {
   kApe,           // compressor absolute position-in-group bias
   kGateBias,      // router selection bias
   kTid2Eid,       // hash routing table (I64 expert ids)
+  // V4.1 Engram (model-v41.md §2.15): the FP8 table [rows, head_dim] with its per-row x 32-column E8M0
+  // scales [rows, head_dim / 32] (the only FP8 tensor not on the weight-block grid), and the gate
+  // weights q_weight / k_weight [hc_mult, d].
+  kEngramTable,
+  kEngramScale,
+  kEngramGate,
 };
 
 struct TensorSpec {
@@ -39,7 +46,8 @@ struct TensorSpec {
   int64_t cols = 0;
 };
 
-// In checkpoint order: global tensors, then layer 0.., then MTP/DSpark stages.
+// In checkpoint order: global tensors, then layer 0.., then MTP/DSpark stages. Dispatches on
+// config.arch; the V4.1 layout follows the layer roles (config.roles).
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
 
 // The tensor-name prefixes of all linears (what Checkpoint::linear accepts).

@@ -1,4 +1,4 @@
-// Synthetic V4 checkpoints.
+// Synthetic V4 and V4.1 checkpoints.
 //
 // Random numbers: a counter-based generator. Each tensor gets a key = mix(seed, FNV-1a(name)); element
 // i of the tensor (row-major logical index) draws splitmix64(key + i * golden), so any element can be
@@ -33,10 +33,17 @@
 //    and greedy argmax is not decided by rounding noise.
 //  * tid2eid: for every token num_experts_per_tok distinct experts (partial Fisher-Yates).
 //  * DSpark: markov_w1 N(0, 1), markov_w2 std 1/sqrt(rank) (Markov bias ~N(0, 1), below the logit
-//    spread), confidence_head.proj std 1/sqrt(in).
-// Quantization follows the reference's weight format: FP8 per 128x128 block with scale
+//    spread), confidence_head.proj std 1/sqrt(in). V4.1's markov_head.embed / .head likewise.
+//  * V4.1 Engram: table rows N(0, 1) (so engram.wkv, std 1/sqrt(in), gives unit-variance keys and
+//    value), q_weight / k_weight 1 + 0.1 N (their product weights the gate's dot product near 1: the
+//    gate sqrt-signed logit is ~N(0, 1)-sized and the gates spread over (0, 1)); gate.bias_vl as gate.bias.
+//  * V4.1 engram_token_map.json (model-v41.md §5 sidecar): token t < C maps to t, every later token to
+//    a random earlier id (C = engram_compressed_vocab_size), so the map has exactly C ids in order of
+//    first appearance and many collisions, as the real one; token 2 (pad) maps to 2.
+// Quantization follows the reference's weight format: FP8 per BxB block (B = 128 in V4, 32 in V4.1) with scale
 // 2^ceil(log2(amax/448)) (amax floored at 1e-4), FP4 per 1x32 block with 2^ceil(log2(amax/6))
-// (floor 6*2^-126), values rounded to nearest even (core/dtypes.h). The dequantized values ARE the model.
+// (floor 6*2^-126), values rounded to nearest even (core/dtypes.h); the V4.1 Engram table per row and 32
+// columns like FP8 weights. The dequantized values ARE the model.
 #include "model/mkmodel.h"
 
 #include <algorithm>
@@ -51,6 +58,7 @@
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/registry.h"
 #include "model/safetensors.h"
 
 namespace dsinfer::model {
@@ -123,31 +131,38 @@ float plain_value(const TensorSpec& spec, const Rng& rng, int64_t i, int64_t hc)
     case TensorKind::kAttnSink: return 0.5f + 0.5f * rng.normal(i);
     case TensorKind::kApe: return 0.5f * rng.normal(i);
     case TensorKind::kGateBias: return 0.1f * rng.normal(i);
+    case TensorKind::kEngramGate: return 1.0f + 0.1f * rng.normal(i);
     default: core::fail("mkmodel: no plain value rule for tensor '", spec.name, "'");
   }
 }
 
-void fill_fp8(const Rng& rng, float std, int64_t rows, int64_t cols, uint8_t* w, uint8_t* scale,
-              core::ThreadPool& pool) {
-  const int64_t nrb = (rows + 127) / 128, ncb = (cols + 127) / 128;
-  pool.run(nrb * ncb, [&](int64_t task, int) {
-    const int64_t rb = task / ncb, cb = task % ncb;
-    const int64_t r0 = rb * 128, r1 = std::min(rows, r0 + 128), c0 = cb * 128, c1 = std::min(cols, c0 + 128);
-    float block[128 * 128];
-    float amax = 0.0f;
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const float v = std * rng.normal(static_cast<uint64_t>(r * cols + c));
-        block[(r - r0) * 128 + (c - c0)] = v;
-        amax = std::max(amax, std::fabs(v));
+// FP8 with one E8M0 scale per block of br rows x bc columns (weights: B x B; the Engram table: 1 x 32).
+void fill_fp8(const Rng& rng, float std, int64_t rows, int64_t cols, int64_t br, int64_t bc, uint8_t* w,
+              uint8_t* scale, core::ThreadPool& pool) {
+  DSINFER_CHECK_INTERNAL(br >= 1 && bc >= 1 && br * bc <= 128 * 128, "mkmodel: FP8 block ", br, "x", bc);
+  const int64_t nrb = (rows + br - 1) / br, ncb = (cols + bc - 1) / bc;
+  pool.parallel_for(nrb * ncb, std::max<int64_t>(1, 4096 / (br * bc)), [&](int64_t tb, int64_t te) {
+    std::vector<float> block(static_cast<size_t>(br * bc));
+    for (int64_t task = tb; task < te; ++task) {
+      const int64_t rb = task / ncb, cb = task % ncb;
+      const int64_t r0 = rb * br, r1 = std::min(rows, r0 + br), c0 = cb * bc, c1 = std::min(cols, c0 + bc);
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const float v = std * rng.normal(static_cast<uint64_t>(r * cols + c));
+          block[static_cast<size_t>((r - r0) * bc + (c - c0))] = v;
+          amax = std::max(amax, std::fabs(v));
+        }
       }
+      const uint8_t code = core::e8m0_scale_code(amax, core::kFp8Max, core::kFp8AmaxFloor);
+      const float inv = 1.0f / core::e8m0_to_float(code);  // a power of two: exact
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) {
+          w[r * cols + c] = core::float_to_fp8_e4m3(block[static_cast<size_t>((r - r0) * bc + (c - c0))] * inv);
+        }
+      }
+      scale[rb * ncb + cb] = code;
     }
-    const uint8_t code = core::e8m0_scale_code(amax, core::kFp8Max, core::kFp8AmaxFloor);
-    const float inv = 1.0f / core::e8m0_to_float(code);  // a power of two: exact
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t c = c0; c < c1; ++c) w[r * cols + c] = core::float_to_fp8_e4m3(block[(r - r0) * 128 + (c - c0)] * inv);
-    }
-    scale[rb * ncb + cb] = code;
   });
 }
 
@@ -247,12 +262,22 @@ void synthesize_tensor(const ModelConfig& config, const TensorSpec& spec, uint64
       }
       DSINFER_CHECK(scale_bytes != nullptr, "mkmodel: quantized weight '", spec.name, "' needs a scale buffer");
       if (spec.storage == WeightStorage::kFP8) {
-        scale_bytes->assign(static_cast<size_t>(((spec.rows + 127) / 128) * ((spec.cols + 127) / 128)), 0);
-        fill_fp8(rng, std, spec.rows, spec.cols, bytes.data(), scale_bytes->data(), pool);
+        const int64_t b = config.weight_block;
+        scale_bytes->assign(static_cast<size_t>(((spec.rows + b - 1) / b) * ((spec.cols + b - 1) / b)), 0);
+        fill_fp8(rng, std, spec.rows, spec.cols, b, b, bytes.data(), scale_bytes->data(), pool);
       } else {
         scale_bytes->assign(static_cast<size_t>(spec.rows * (spec.cols / 32)), 0);
         fill_fp4(rng, std, spec.rows, spec.cols, bytes.data(), scale_bytes->data(), pool);
       }
+      return;
+    }
+    case TensorKind::kEngramScale:
+      core::fail("mkmodel: scale '", spec.name, "' is produced together with its table");
+    case TensorKind::kEngramTable: {
+      DSINFER_CHECK(scale_bytes != nullptr, "mkmodel: Engram table '", spec.name, "' needs a scale buffer");
+      const int64_t rows = spec.shape[0], cols = spec.shape[1];
+      scale_bytes->assign(static_cast<size_t>(rows * (cols / 32)), 0);
+      fill_fp8(rng, 1.0f, rows, cols, 1, 32, bytes.data(), scale_bytes->data(), pool);
       return;
     }
     case TensorKind::kTid2Eid:
@@ -273,7 +298,7 @@ void synthesize_tensor(const ModelConfig& config, const TensorSpec& spec, uint64
   }
 }
 
-std::string default_tokenizer_dir() {
+std::string default_tokenizer_dir(Architecture arch) {
   const char* home = std::getenv("DSINFER_HOME");
   std::string base;
   if (home && *home) {
@@ -282,7 +307,18 @@ std::string default_tokenizer_dir() {
     const char* h = std::getenv("HOME");
     base = std::string(h ? h : "") + "/.cache/dsinfer";
   }
-  return base + "/tokenizers/v4";
+  return base + "/tokenizers/" + std::string(architecture_info(arch).tokenizer_version);
+}
+
+std::string synthetic_engram_token_map(const ModelConfig& config, uint64_t seed) {
+  DSINFER_CHECK(config.engram.has_value(), "mkmodel: the config has no Engram layers: no token map");
+  const int64_t c = config.engram->compressed_vocab_size;
+  const Rng rng(seed, "engram_token_map");
+  nlohmann::json map = nlohmann::json::array();
+  for (int64_t t = 0; t < config.vocab_size; ++t) {
+    map.push_back(t < c ? t : static_cast<int64_t>(rng.below(static_cast<uint64_t>(t), static_cast<uint64_t>(c))));
+  }
+  return nlohmann::json{{"compressed_vocab_size", c}, {"token_map", std::move(map)}}.dump() + "\n";
 }
 
 MkModelResult make_model(const MkModelOptions& options) {
@@ -292,7 +328,7 @@ MkModelResult make_model(const MkModelOptions& options) {
   const ModelConfig config = ModelConfig::parse(config_text, options.config_path);
   core::ThreadPool& pool = options.pool ? *options.pool : core::ThreadPool::global();
   const std::vector<TensorSpec> specs = expected_tensors(config);
-  const std::string tok_dir = options.tokenizer_dir ? *options.tokenizer_dir : default_tokenizer_dir();
+  const std::string tok_dir = options.tokenizer_dir ? *options.tokenizer_dir : default_tokenizer_dir(config.arch);
   DSINFER_CHECK(!options.tokenizer_dir || fs::is_regular_file(tok_dir + "/tokenizer.json"), "mkmodel: --tokenizer-dir ",
                 tok_dir, " has no tokenizer.json");
 
@@ -305,6 +341,12 @@ MkModelResult make_model(const MkModelOptions& options) {
     if (entry.is_regular_file() && is_model_file(entry.path().filename().string())) fs::remove(entry.path());
   }
   write_file(options.out_dir + "/config.json", config_text);
+  const std::string token_map_path = options.out_dir + "/engram_token_map.json";
+  if (config.engram) {
+    write_file(token_map_path, synthetic_engram_token_map(config, options.seed));
+  } else if (fs::exists(token_map_path)) {
+    fs::remove(token_map_path);  // a stale sidecar would take precedence over the tokenizer
+  }
 
   // Units: a weight with its scale stay together in one shard.
   struct Unit {
@@ -315,7 +357,7 @@ MkModelResult make_model(const MkModelOptions& options) {
   std::vector<Unit> units;
   for (size_t i = 0; i < specs.size(); ++i) {
     const uint64_t b = static_cast<uint64_t>(shape_numel(specs[i].shape)) * dtype_size(specs[i].dtype);
-    if (specs[i].kind == TensorKind::kLinearScale) {
+    if (specs[i].kind == TensorKind::kLinearScale || specs[i].kind == TensorKind::kEngramScale) {
       DSINFER_CHECK(!units.empty() && specs[units.back().weight].linear == specs[i].linear,
                     "mkmodel: scale '", specs[i].name, "' does not follow its weight");
       units.back().scale = static_cast<int64_t>(i);

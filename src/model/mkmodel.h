@@ -1,7 +1,9 @@
-// Synthetic checkpoints in exactly the official format (model-v4.md §4.2): the tensor inventory of a
-// config filled with random weights, FP8 E4M3 weights with 128x128 E8M0 block scales, FP4 experts
+// Synthetic checkpoints in exactly the official format (model-v4.md §4.2, model-v41.md §4.2): the tensor
+// inventory of a config filled with random weights, FP8 E4M3 weights with 128x128 (V4) or 32x32 (V4.1)
+// E8M0 block scales, FP4 experts
 // packed low nibble first with 1x32 E8M0 scales, BF16 norms/embeddings, F32 mHC/sink/ape/bias, I64
-// tid2eid. Every value is a function of (seed, tensor name, element index) only, so generation runs in
+// tid2eid, the V4.1 Engram tables (FP8, per-row x 32 E8M0 scales) and their engram_token_map.json
+// sidecar. Every value is a function of (seed, tensor name, element index) only, so generation runs in
 // parallel and the bytes do not depend on the thread count.
 #pragma once
 
@@ -21,7 +23,7 @@ struct MkModelOptions {
   std::string config_path;                   // copied verbatim to DIR/config.json
   uint64_t seed = 0;
   std::string out_dir;                       // created if missing; old model files in it are replaced
-  std::optional<std::string> tokenizer_dir;  // else $DSINFER_HOME or ~/.cache/dsinfer /tokenizers/v4
+  std::optional<std::string> tokenizer_dir;  // else default_tokenizer_dir(the config's architecture)
   uint64_t shard_size_bytes = 0;             // 0: one model.safetensors
   core::ThreadPool* pool = nullptr;          // nullptr: ThreadPool::global()
   ProgressFn progress;                       // bytes of tensor data written / total
@@ -41,7 +43,12 @@ MkModelResult make_model(const MkModelOptions& options);
 void synthesize_tensor(const ModelConfig& config, const TensorSpec& spec, uint64_t seed, core::ThreadPool& pool,
                        std::vector<uint8_t>& bytes, std::vector<uint8_t>* scale_bytes);
 
-// The directory mkmodel takes the tokenizer from when none is given: ${DSINFER_HOME:-$HOME/.cache/dsinfer}/tokenizers/v4.
-std::string default_tokenizer_dir();
+// The directory mkmodel takes the tokenizer from when none is given:
+// ${DSINFER_HOME:-$HOME/.cache/dsinfer}/tokenizers/<v4 | v41> (the registry's tokenizer version).
+std::string default_tokenizer_dir(Architecture arch = Architecture::kDeepseekV4);
+
+// engram_token_map.json of a synthetic V4.1 checkpoint (model-v41.md §5): {"compressed_vocab_size": C,
+// "token_map": [vocab_size ids]}; a function of the seed only.
+std::string synthetic_engram_token_map(const ModelConfig& config, uint64_t seed);
 
 }  // namespace dsinfer::model

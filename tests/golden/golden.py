@@ -4,7 +4,8 @@
 
   golden.py setup    --dsinfer BIN --config CFG --seed S --tokens N --work DIR [--no-kv-qdq]
       mkmodel into DIR/model, prompt ids into DIR/ids.txt, reference logits DIR/ref_noqdq.npy (KV/indexer
-      QDQ off) and, unless --no-kv-qdq, DIR/ref.npy (QDQ on), each with MTP logits *_mtp.npy.
+      QDQ off) and, unless --no-kv-qdq, DIR/ref.npy (QDQ on), each with MTP logits *_mtp.npy (for a
+      DeepseekV41ForCausalLM config: reference/model_v41.py, *_mtp.npy = DSpark draft-0 logits).
   golden.py compare  --dsinfer BIN --work DIR --name NAME [--mtp] [--no-kv-qdq] [--chunk-size N]
                      [--rollback K] [--max-median-rel X] [--max-rel X] [--min-argmax X]
                      [--prefix-rows N --prefix-max-rel X]
@@ -89,11 +90,27 @@ def cmd_setup(args):
     mkmodel(args, model)
     import json
     with open(os.path.join(model, "config.json")) as f:
-        vocab = json.load(f)["vocab_size"]
+        config = json.load(f)
+    v41 = (config.get("architectures") or [""])[0] == "DeepseekV41ForCausalLM"
+    vocab = (config.get("text_config") or config)["vocab_size"]
     ids = prompt_ids(args.seed, args.tokens, vocab)
     with open(os.path.join(args.work, "ids.txt"), "w") as f:
         f.write(",".join(map(str, ids)))
     import torch
+    if v41:  # DeepSeek-V4.1: main logits, and as "_mtp" the DSpark draft-0 logits [T-1, vocab]
+        from model_v41 import DeepseekV41Reference
+        for no_qdq in ([True] if args.no_kv_qdq else [False, True]):
+            t0 = time.time()
+            m = DeepseekV41Reference(model, kv_qdq=not no_qdq)
+            with torch.no_grad():
+                logits, taps = m.forward(ids)
+                draft, _, _ = m.dspark(taps, ids)
+            np.save(os.path.join(args.work, ref_name(no_qdq, False)), logits.to(torch.float32).numpy())
+            np.save(os.path.join(args.work, ref_name(no_qdq, True)), draft[:, 0].to(torch.float32).numpy())
+            print(f"reference V4.1 (float64, kv_qdq={not no_qdq}): logits {tuple(logits.shape)}, DSpark draft 0 "
+                  f"{tuple(draft[:, 0].shape)}, {time.time() - t0:.1f} s", flush=True)
+        print(f"golden setup done: {len(ids)} tokens in {args.work}")
+        return
     from model_v4 import DeepseekV4Reference
     head = None
     for no_qdq in ([True] if args.no_kv_qdq else [False, True]):

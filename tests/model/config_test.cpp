@@ -160,7 +160,11 @@ struct Violation {
 
 TEST(ModelConfig, EveryConstraintViolationNamesTheField) {
   const std::vector<Violation> cases = {
-      {"wrong architecture", [](json& j) { j["architectures"] = {"DeepseekV41ForCausalLM"}; }, {"'architectures'", "V4.1"}},
+      {"unknown architecture", [](json& j) { j["architectures"] = {"DeepseekV5ForCausalLM"}; },
+       {"'architectures'", "DeepseekV5ForCausalLM", "known: DeepseekV4ForCausalLM, DeepseekV41ForCausalLM"}},
+      // A V4 config relabelled V4.1 is refused for its V4 model_type (and would be for its missing fields).
+      {"V4.1 label on a V4 config", [](json& j) { j["architectures"] = {"DeepseekV41ForCausalLM"}; },
+       {"'model_type'", "deepseek_v41"}},
       {"wrong model_type", [](json& j) { j["model_type"] = "deepseek_v3"; }, {"'model_type'", "deepseek_v3"}},
       {"missing field", [](json& j) { j.erase("head_dim"); }, {"missing required field 'head_dim'"}},
       {"wrong type", [](json& j) { j["hidden_size"] = "128"; }, {"'hidden_size'", "must be an integer"}},

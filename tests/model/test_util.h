@@ -74,6 +74,43 @@ inline nlohmann::json small_config() {
   })");
 }
 
+// A small V4.1 config (model-v41.md) with TINY's layer roles (configs/tiny-v41.json, §6): ratios
+// [0,0,2,2,2,2,1,1,1,1] + 3 DSpark stages, kv sources 2, 4, 6, 8, index sources 2, 4, 5, 6, 8, 9,
+// candidate source 6, Engram on 1 and 4, DSpark targets 7, 8, 9; vocab 512 and d 128, so a checkpoint
+// is a few MB. Engram: 2 n-gram sizes x 2 heads = 4 columns per layer, primes from 50: layer 1 gets
+// 53, 59, 61, 67 (sum 240), layer 4 71, 73, 79, 83 (sum 306).
+inline nlohmann::json small_v41_config() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41",
+    "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2, "image_token_id": 500, "tie_word_embeddings": false,
+    "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
+                            "scale_fmt": "ue8m0", "expert_dtype": "fp4"},
+    "text_config": {
+      "model_type": "deepseek_v41_text", "vocab_size": 512, "hidden_size": 128, "moe_intermediate_size": 64,
+      "num_hidden_layers": 10, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128,
+      "qk_rope_head_dim": 64, "q_lora_rank": 64, "o_lora_rank": 32, "o_groups": 2, "hidden_act": "silu",
+      "swiglu_limit": 10.0, "rms_norm_eps": 1e-20, "tie_word_embeddings": false, "max_position_embeddings": 65536,
+      "rope_theta": 10000,
+      "rope_scaling": {"rope_type": "yarn", "factor": 16, "beta_fast": 32, "beta_slow": 1,
+                       "original_max_position_embeddings": 65536},
+      "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2, "scoring_func": "sqrtsoftplus",
+      "topk_method": "noaux_tc", "norm_topk_prob": true, "routed_scaling_factor": 1.5, "sliding_window": 8,
+      "compress_ratios": [0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0], "compress_rope_theta": 160000,
+      "kv_source_layer_ids": [2, 4, 6, 8], "index_source_layer_ids": [2, 4, 5, 6, 8, 9],
+      "index_n_heads": 2, "index_head_dim": 64, "index_topk": 4,
+      "candidate_source_layer_id": 6, "candidate_topk_blocks": 4, "candidate_block_size": 2,
+      "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-06,
+      "engram_layer_ids": [1, 4], "engram_num_embeddings": [240, 306], "engram_max_ngram_size": 3,
+      "engram_vocab_size": 50, "engram_n_heads": 2, "engram_head_dim": 32, "engram_pad_token_id": 2,
+      "engram_compressed_vocab_size": 300,
+      "num_nextn_predict_layers": 3, "dspark_block_size": 5, "dspark_noise_token_id": 300,
+      "dspark_target_layer_ids": [7, 8, 9], "dspark_markov_rank": 16,
+      "dspark_n_routed_experts": 2, "dspark_num_experts_per_tok": 1
+    },
+    "vision_config": {"model_type": "deepseek_v41_vision", "num_hidden_layers": 0}
+  })");
+}
+
 inline std::string write_config(const TempDir& dir, const nlohmann::json& config, const std::string& name = "config.json") {
   const std::string path = dir.file(name);
   write_bytes(path, config.dump(2));

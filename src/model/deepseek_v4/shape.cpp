@@ -19,7 +19,10 @@ ModelShape ModelShape::build(const ModelConfig& c, const Numerics& numerics, int
   s.numerics = numerics;
   const std::string src = "config of the DeepSeek-V4 forward";
   DSINFER_CHECK(c.architecture.empty() || c.architecture == "DeepseekV4ForCausalLM", src, ": architecture ",
-                c.architecture, " is not DeepseekV4ForCausalLM");
+                c.architecture, " is not DeepseekV4ForCausalLM",
+                c.arch == Architecture::kDeepseekV41 ? " (the V4.1 forward pass is not implemented yet; inspect and "
+                                                       "mkmodel support V4.1)"
+                                                     : "");
   DSINFER_CHECK(!c.dspark.has_value(), src, ": DSpark drafter checkpoints are not supported yet (MTP only)");
   DSINFER_CHECK(c.scoring_func.empty() || c.scoring_func == "sqrtsoftplus", src, ": scoring_func ", c.scoring_func,
                 " is not supported (sqrtsoftplus only)");

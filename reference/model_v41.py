@@ -1,0 +1,516 @@
+"""Independent plain-PyTorch reference of DeepseekV41ForCausalLM (DeepSeek-V4.1-Flash), written from
+docs/specs/model-v41.md (section numbers in the comments refer to it; "V4 §" to model-v4.md).
+
+One-pass prefill from position 0 over a whole prompt, logits at every position, computed layer by
+layer over the whole sequence in float64 (or float32) on exactly decoded weights; plus the DSpark draft
+head (§2.12) teacher-forced at every position.
+
+Numerics: "plain" only (§2.14): no rounding of activations anywhere except the three QDQ steps that are
+part of the model (§2.10): window KV FP8 E4M3 over all dims in blocks of 32 (power-of-two scales),
+compressed KV FP4 E2M1 in blocks of 16 with E4M3 scales, index queries/keys FP4 in blocks of 32
+(power-of-two scales). `kv_qdq=False` turns all three off. (The bf16 / activation-quant "reference
+numerics" of V4 are not implemented for V4.1.)
+
+Small shared pieces (RMSNorm, Sinkhorn, interleaved RoPE, sqrt-softplus, top-k with ties to the lower
+index) are the V4 reference's: the spec says they are unchanged (§2.3, §2.4.1, §2.11).
+"""
+import json
+import math
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import engram_v41
+import formats
+from model_v4 import rms_norm, rope_tail, sinkhorn, sqrt_softplus, topk_lower_index_on_ties
+from safetensors_io import Checkpoint
+
+
+class ConfigV41:
+    """The fields of a V4.1 config.json this reference uses (§1.1): text_config read as top level."""
+
+    def __init__(self, top):
+        d = dict(top.get("text_config", {}))
+        for k, v in top.items():
+            if k not in ("text_config", "vision_config"):
+                d.setdefault(k, v)
+        arch = (d.get("architectures") or [""])[0]
+        if arch != "DeepseekV41ForCausalLM":
+            raise ValueError(f"config.json: architectures[0] is {arch!r}, not DeepseekV41ForCausalLM")
+
+        def need(k):
+            if k not in d:
+                raise ValueError(f"config.json: missing field {k}")
+            return d[k]
+
+        self.vocab = need("vocab_size")
+        self.dim = need("hidden_size")
+        self.n_layers = need("num_hidden_layers")
+        self.n_heads = need("num_attention_heads")
+        self.head_dim = need("head_dim")
+        self.rope_dim = need("qk_rope_head_dim")
+        self.q_lora = need("q_lora_rank")
+        self.o_groups = need("o_groups")
+        self.o_lora = need("o_lora_rank")
+        self.window = need("sliding_window")
+        self.ratios = list(need("compress_ratios"))
+        self.compress_rope_theta = float(need("compress_rope_theta"))
+        self.rope_theta = float(need("rope_theta"))
+        rs = d.get("rope_scaling") or {}
+        self.rope_factor = float(rs.get("factor", 1.0))
+        self.original_seq_len = int(rs.get("original_max_position_embeddings", 0))
+        self.beta_fast = float(rs.get("beta_fast", 32))
+        self.beta_slow = float(rs.get("beta_slow", 1))
+        self.index_heads = need("index_n_heads")
+        self.index_dim = need("index_head_dim")
+        self.index_topk = need("index_topk")
+        self.kv_sources = list(need("kv_source_layer_ids"))
+        self.index_sources = list(need("index_source_layer_ids"))
+        self.cand_source = d.get("candidate_source_layer_id", -1)
+        self.cand_blocks = d.get("candidate_topk_blocks", 0)
+        self.cand_block = d.get("candidate_block_size", 0)
+        self.moe_inter = need("moe_intermediate_size")
+        self.n_experts = need("n_routed_experts")
+        self.topk = need("num_experts_per_tok")
+        self.route_scale = float(d.get("routed_scaling_factor", 1.0))
+        self.norm_topk = bool(d.get("norm_topk_prob", True))
+        self.gate_temp = float(d.get("gate_temp", 1.0))
+        self.swiglu_limit = float(d.get("swiglu_limit", 0.0))
+        self.hc = need("hc_mult")
+        self.sinkhorn_iters = need("hc_sinkhorn_iters")
+        self.hc_eps = float(need("hc_eps"))
+        self.norm_eps = float(need("rms_norm_eps"))
+        self.engram_layers = list(d.get("engram_layer_ids", []))
+        if self.engram_layers:
+            self.engram_rows = list(need("engram_num_embeddings"))
+            self.engram_n = need("engram_max_ngram_size")
+            self.engram_vocab = need("engram_vocab_size")
+            self.engram_heads = need("engram_n_heads")
+            self.engram_dim = need("engram_head_dim")
+            self.engram_pad = need("engram_pad_token_id")
+            self.engram_cvs = need("engram_compressed_vocab_size")
+        self.n_mtp = len(self.ratios) - self.n_layers
+        self.dspark_block = d.get("dspark_block_size", 0)
+        if self.n_mtp > 0:
+            self.dspark_noise = need("dspark_noise_token_id")
+            self.dspark_targets = sorted(need("dspark_target_layer_ids"))  # concatenated in layer order (§2.1)
+            self.dspark_experts = d.get("dspark_n_routed_experts", self.n_experts)
+            self.dspark_topk = d.get("dspark_num_experts_per_tok", self.topk)
+        if d.get("n_shared_experts", 1) != 1:
+            raise ValueError("config.json: n_shared_experts must be 1")
+        bs = (d.get("quantization_config") or {}).get("weight_block_size", [32, 32])
+        self.fp8_block = int(bs[0])
+
+    def src(self, L):
+        """The most recent kv source at or before L (§1.3), or -1."""
+        return max([s for s in self.kv_sources if s <= L], default=-1)
+
+    def isrc(self, L):
+        return max([s for s in self.index_sources if s <= L], default=-1)
+
+    @staticmethod
+    def load(model_dir):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            return ConfigV41(json.load(f))
+
+
+def rope_inv_freqs_v41(cfg, ratio):
+    """§2.4.1: fp32 table; ratio 0 (and DSpark stages) base rope_theta without YaRN, compressed layers
+    compress_rope_theta with YaRN; ramp denominator max(high - low, 0.001)."""
+    rd = cfg.rope_dim
+    base = cfg.compress_rope_theta if ratio else cfg.rope_theta
+    f = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=torch.float32) / rd))
+    if ratio and cfg.original_seq_len > 0:
+        def corr(rot):
+            return rd * math.log(cfg.original_seq_len / (rot * 2 * math.pi)) / (2 * math.log(base))
+        low = max(math.floor(corr(cfg.beta_fast)), 0)
+        high = min(math.ceil(corr(cfg.beta_slow)), rd - 1)
+        ramp = torch.clamp((torch.arange(rd // 2, dtype=torch.float32) - low) / max(high - low, 0.001), 0, 1)
+        s = 1 - ramp
+        f = (f / cfg.rope_factor) * (1 - s) + f * s
+    return f
+
+
+def fp4_qdq_e4m3_scale(x, block=16):
+    """§2.10 compressed KV: FP4 E2M1 per block with a full E4M3 scale E4M3_RNE(max(amax, 6*2^-9) / 6),
+    amax and the division in fp32, saturating at 448."""
+    shape = x.shape
+    xb = x.reshape(*shape[:-1], shape[-1] // block, block)
+    amax = xb.abs().amax(dim=-1, keepdim=True).to(torch.float32)
+    amax = torch.clamp(amax, min=6.0 * 2.0 ** -9)
+    s = formats.round_e4m3(torch.clamp(amax / torch.tensor(6.0, dtype=torch.float32), max=448.0)).to(x.dtype)
+    q = formats.round_e2m1(torch.clamp(xb / s, -6.0, 6.0))
+    return (q * s).reshape(shape)
+
+
+class DeepseekV41Reference:
+    def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, trace=False):
+        self.cfg = ConfigV41.load(model_dir)
+        self.ckpt = Checkpoint(model_dir, fp8_block=self.cfg.fp8_block)
+        self.dtype = dtype
+        self.kv_qdq = kv_qdq
+        self.trace = {} if trace else None
+        self._head = None
+        cfg = self.cfg
+        if cfg.engram_layers:
+            self.token_map = engram_v41.load_token_map(model_dir, cfg.engram_cvs)
+            self.primes = engram_v41.bucket_primes(cfg.engram_vocab, len(cfg.engram_layers), cfg.engram_n,
+                                                   cfg.engram_heads)
+            for k, p in enumerate(self.primes):
+                if sum(p) != cfg.engram_rows[k]:
+                    raise ValueError(f"config.json: engram_num_embeddings[{k}] = {cfg.engram_rows[k]} is not the "
+                                     f"sum of the layer's bucket primes, {sum(p)}")
+            self.mults = [engram_v41.multipliers(L, cfg.engram_cvs, cfg.engram_n) for L in cfg.engram_layers]
+
+    # --- weights ----------------------------------------------------------------------------------
+
+    def w(self, name):
+        return torch.from_numpy(self.ckpt.weight(name)).to(self.dtype)
+
+    def p(self, name):
+        return torch.from_numpy(self.ckpt.plain(name).astype(np.float64)).to(self.dtype)
+
+    def lin(self, x, name):
+        return x @ self.w(name + ".weight").T
+
+    def norm(self, x, name):
+        return rms_norm(x, self.p(name + ".weight"), self.cfg.norm_eps)
+
+    def angles(self, positions, ratio):
+        f = rope_inv_freqs_v41(self.cfg, ratio).to(self.dtype)
+        return positions.to(self.dtype)[:, None] * f[None, :]
+
+    def rot(self, x, angles):
+        return rope_tail(x, angles, self.cfg.rope_dim)
+
+    def win_qdq(self, x):
+        return formats.fp8_qdq(x, 32) if self.kv_qdq else x
+
+    def ckv_qdq(self, x):
+        return fp4_qdq_e4m3_scale(x, 16) if self.kv_qdq else x
+
+    def idx_qdq(self, x):
+        return formats.fp4_qdq(x, 32) if self.kv_qdq else x
+
+    def _record(self, key, value):
+        if self.trace is not None:
+            self.trace[key] = value.detach().clone() if torch.is_tensor(value) else value
+
+    # --- mHC (§2.3, deferred mixing §2.2) ---------------------------------------------------------
+
+    def hc_mix(self, X, prefix):
+        cfg = self.cfg
+        T, hc, d = X.shape
+        v = X.reshape(T, hc * d)
+        rho = torch.rsqrt(v.square().mean(-1, keepdim=True) + cfg.norm_eps)
+        m = (v @ self.p(prefix + "_fn").T) * rho
+        s, b = self.p(prefix + "_scale"), self.p(prefix + "_base")
+        pre = torch.sigmoid(m[:, :hc] * s[0] + b[:hc]) + cfg.hc_eps
+        post = 2 * torch.sigmoid(m[:, hc:2 * hc] * s[1] + b[hc:2 * hc])
+        comb = sinkhorn((m[:, 2 * hc:] * s[2] + b[2 * hc:]).view(T, hc, hc), cfg.sinkhorn_iters, cfg.hc_eps)
+        return pre, post, comb
+
+    @staticmethod
+    def hc_pre(X, pre):
+        return torch.einsum("tj,tjd->td", pre, X)
+
+    @staticmethod
+    def hc_post(f, X, post, comb):
+        return post[:, :, None] * f[:, None, :] + torch.einsum("tjk,tjd->tkd", comb, X)
+
+    # --- Engram (§2.15) ---------------------------------------------------------------------------
+
+    def engram(self, X, ids, L):
+        cfg = self.cfg
+        k = cfg.engram_layers.index(L)
+        prefix = f"layers.{L}.engram."
+        T, hc, d = X.shape
+        cids = self.token_map[ids.numpy()]
+        pad = int(self.token_map[cfg.engram_pad])
+        rows = engram_v41.hash_ids(cids, pad, self.mults[k], self.primes[k], cfg.engram_heads)  # [T, C]
+        self._record(f"layer{L}.engram_rows", torch.from_numpy(rows))
+        flat = rows.reshape(-1)
+        # Lazy row reads from the mapped table (never the whole table): E4M3 value x per-32-column E8M0.
+        vals = formats.decode_e4m3(np.ascontiguousarray(self.ckpt.raw(prefix + "embed.weight")[flat]))
+        scl = formats.decode_e8m0(np.ascontiguousarray(self.ckpt.raw(prefix + "embed.scale")[flat]))
+        e = vals.astype(np.float64).reshape(len(flat), -1, 32) * scl.astype(np.float64)[:, :, None]
+        e = torch.from_numpy(e.reshape(T, -1)).to(self.dtype)  # [T, C * engram_dim], column order (n-gram, head)
+        kv = self.lin(e, prefix + "wkv")  # [T, (hc + 1) d]
+        keys = kv[:, :hc * d].view(T, hc, d)
+        value = kv[:, hc * d:]
+        omega = self.p(prefix + "q_weight") * self.p(prefix + "k_weight")  # [hc, d]
+        eps = cfg.norm_eps
+        rho = torch.rsqrt(X.square().mean(-1) + eps) * torch.rsqrt(keys.square().mean(-1) + eps)  # [T, hc]
+        dot = (X * omega[None] * keys).sum(-1) * rho / math.sqrt(d)
+        sign = torch.where(torch.signbit(dot), -1.0, 1.0).to(self.dtype)
+        g = torch.sigmoid(sign * torch.sqrt(torch.clamp(dot.abs(), min=1e-6)))
+        self._record(f"layer{L}.engram_gate", g)
+        return X + g[:, :, None] * value[:, None, :]
+
+    # --- compressor, indexer, candidates (§2.6 - §2.8) ---------------------------------------------
+
+    def compress(self, a, prefix, ratio):
+        """(compressed KV [G, hd], index keys [G, index_dim]) of a kv source over the whole sequence."""
+        cfg = self.cfg
+        T = a.shape[0]
+        G = T // ratio
+        u = self.lin(a, prefix + "compressor.wkv")
+        if ratio == 2:
+            s = self.lin(a, prefix + "compressor.wgate")
+            z = (torch.softmax(s[:2 * G].view(G, 2, -1), dim=1) * u[:2 * G].view(G, 2, -1)).sum(dim=1)
+        else:
+            z = u
+        latent = self.norm(z, prefix + "compressor.norm")  # pre-RoPE latent
+        ang = self.angles(torch.arange(G) * ratio, ratio)
+        ik = self.norm(latent @ self.w(prefix + "indexer.wk.weight").T, prefix + "indexer.k_norm")
+        ik = self.idx_qdq(self.rot(ik, ang))
+        ckv = self.ckv_qdq(self.rot(latent, ang))
+        return ckv, ik
+
+    def index_scores(self, a, qr, prefix, ang, ik, ratio):
+        cfg = self.cfg
+        T = a.shape[0]
+        G = ik.shape[0]
+        qi = self.lin(qr, prefix + "indexer.wq_b").view(T, cfg.index_heads, cfg.index_dim)
+        qi = self.idx_qdq(self.rot(qi, ang[:, None, :]))
+        w = self.lin(a, prefix + "indexer.weights_proj") * (cfg.index_dim ** -0.5 * cfg.index_heads ** -0.5)
+        score = (torch.relu(torch.einsum("thd,gd->thg", qi, ik)) * w[:, :, None]).sum(dim=1)  # [T, G]
+        visible = torch.arange(G)[None, :] < ((torch.arange(T) + 1) // ratio)[:, None]
+        return score.masked_fill(~visible, float("-inf")), visible
+
+    def candidate_mask(self, score, visible):
+        """§2.8 at the candidate source: per query, the K best blocks of B positions by max score, the
+        block of the newest visible position always kept, blocks without a visible position dropped."""
+        cfg = self.cfg
+        T, G = score.shape
+        B, K = cfg.cand_block, cfg.cand_blocks
+        NB = (G + B - 1) // B
+        padded = torch.full((T, NB * B), float("-inf"), dtype=score.dtype)
+        padded[:, :G] = score
+        bscore = padded.view(T, NB, B).amax(dim=-1)
+        n = visible.sum(dim=1)  # visible entries per query
+        newest = torch.clamp(n - 1, min=0) // B
+        has = n > 0
+        bscore[has, newest[has]] = float("inf")
+        keep = torch.zeros(T, NB, dtype=torch.bool)
+        if NB > 0:
+            keep.scatter_(1, topk_lower_index_on_ties(bscore, min(K, NB)), True)
+        keep &= (torch.arange(NB)[None, :] * B) < n[:, None]
+        return keep.repeat_interleave(B, dim=1)[:, :G] & visible
+
+    def select(self, score, visible):
+        G = score.shape[1]
+        k = min(self.cfg.index_topk, G)
+        sel = torch.zeros_like(visible)
+        if k > 0:
+            sel.scatter_(1, topk_lower_index_on_ties(score, k), True)
+        return sel & visible & torch.isfinite(score)
+
+    # --- attention (§2.4, §2.5, §2.7, §2.9) ---------------------------------------------------------
+
+    def attention(self, a, prefix, L, positions, state):
+        cfg = self.cfg
+        T = a.shape[0]
+        nh, hd = cfg.n_heads, cfg.head_dim
+        ratio = cfg.ratios[L]
+        ang = self.angles(positions, ratio)
+        qr = self.norm(self.lin(a, prefix + "wq_a"), prefix + "q_norm")
+        q = self.rot(self.lin(qr, prefix + "wq_b").view(T, nh, hd), ang[:, None, :])  # no per-head q norm
+        kv = self.win_qdq(self.rot(self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm"), ang))
+        pq, pk = positions[:, None], positions[None, :]
+        keys, mask = kv, (pk <= pq) & (pk > pq - cfg.window)
+        if ratio:
+            if L in cfg.kv_sources:
+                state["kv"][L] = self.compress(a, prefix, ratio)
+            ckv, ik = state["kv"][cfg.src(L)]
+            if L in cfg.index_sources:
+                score, visible = self.index_scores(a, qr, prefix, ang, ik, ratio)
+                if L == cfg.cand_source:
+                    state["cand"] = self.candidate_mask(score, visible)
+                elif cfg.cand_source >= 0 and L > cfg.cand_source:
+                    score = score.masked_fill(~state["cand"], float("-inf"))
+                state["sel"][L] = self.select(score, visible)
+                self._record(f"layer{L}.index_score", score)
+                self._record(f"layer{L}.index_selected", state["sel"][L])
+            sel = state["sel"][cfg.isrc(L)]
+            keys = torch.cat([kv, ckv], dim=0)
+            mask = torch.cat([mask, sel], dim=1)
+        logits = torch.einsum("thd,jd->thj", q, keys) * hd ** -0.5
+        logits = logits.masked_fill(~mask[:, None, :], float("-inf"))
+        sink = self.p(prefix + "attn_sink")
+        probs = torch.softmax(torch.cat([logits, sink[None, :, None].expand(T, nh, 1)], dim=-1), dim=-1)[..., :-1]
+        o = self.rot(torch.einsum("thj,jd->thd", probs, keys), -ang[:, None, :])
+        return self.out_proj(o, prefix)
+
+    def out_proj(self, o, prefix):
+        cfg = self.cfg
+        T, nh, hd = o.shape
+        g = cfg.o_groups
+        wo_a = self.w(prefix + "wo_a.weight").view(g, cfg.o_lora, (nh // g) * hd)
+        r = torch.einsum("tgi,gri->tgr", o.reshape(T, g, (nh // g) * hd), wo_a)
+        return self.lin(r.reshape(T, g * cfg.o_lora), prefix + "wo_b")
+
+    # --- MoE (§2.11) ---------------------------------------------------------------------------------
+
+    def swiglu(self, x, prefix, weight=None):
+        lim = self.cfg.swiglu_limit
+        g = self.lin(x, prefix + "w1")
+        u = self.lin(x, prefix + "w3")
+        if lim > 0:
+            u = torch.clamp(u, -lim, lim)
+            g = torch.clamp(g, max=lim)
+        h = F.silu(g) * u
+        if weight is not None:
+            h = weight * h
+        return self.lin(h, prefix + "w2")
+
+    def moe(self, x, prefix, topk):
+        cfg = self.cfg
+        T = x.shape[0]
+        sig = sqrt_softplus((x @ self.w(prefix + "gate.weight").T) / cfg.gate_temp)
+        sel = topk_lower_index_on_ties(sig + self.p(prefix + "gate.bias"), topk)  # text only: never bias_vl
+        weights = sig.gather(1, sel)
+        if cfg.norm_topk and topk > 1:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        weights = weights * cfg.route_scale
+        y = torch.zeros(T, cfg.dim, dtype=self.dtype)
+        for e in torch.unique(sel).tolist():
+            rows, slot = torch.where(sel == e)
+            y.index_add_(0, rows, self.swiglu(x[rows], f"{prefix}experts.{e}.", weights[rows, slot][:, None]))
+        return y + self.swiglu(x, prefix + "shared_experts.")
+
+    # --- blocks and model -------------------------------------------------------------------------------
+
+    def block(self, X, pre_in, prefix, attn_fn, topk):
+        """§2.2: the attention collapses with the previous sub-layer's pre, the FFN with this block's
+        attention pre (computed before the attention); returns (X, this block's FFN pre)."""
+        pre_a, post_a, comb_a = self.hc_mix(X, prefix + "hc_attn")
+        a = self.norm(self.hc_pre(X, pre_in), prefix + "attn_norm")
+        X = self.hc_post(attn_fn(a), X, post_a, comb_a)
+        pre_f, post_f, comb_f = self.hc_mix(X, prefix + "hc_ffn")
+        f = self.norm(self.hc_pre(X, pre_a), prefix + "ffn_norm")
+        X = self.hc_post(self.moe(f, prefix + "ffn.", topk), X, post_f, comb_f)
+        return X, pre_f
+
+    def embed(self, ids):
+        rows = self.ckpt.plain("embed.weight", rows=ids.numpy())
+        return torch.from_numpy(rows.astype(np.float64)).to(self.dtype)
+
+    def head(self):
+        if self._head is None:
+            self._head = self.w("head.weight")
+        return self._head
+
+    def _check_ids(self, ids):
+        ids = torch.as_tensor(ids, dtype=torch.int64)
+        if ids.ndim != 1 or ids.numel() == 0:
+            raise ValueError("prompt ids must be a non-empty 1-D list")
+        bad = (ids < 0) | (ids >= self.cfg.vocab)
+        if bool(bad.any()):
+            p = int(torch.where(bad)[0][0])
+            raise ValueError(f"prompt id {int(ids[p])} at position {p} is outside [0, {self.cfg.vocab})")
+        return ids
+
+    def one_hot_pre(self, T):
+        pre = torch.zeros(T, self.cfg.hc, dtype=self.dtype)
+        pre[:, 0] = 1
+        return pre
+
+    def forward(self, ids):
+        """(logits [T, vocab], DSpark taps {layer: [T, d]}) for a prompt from position 0 (§2.1)."""
+        cfg = self.cfg
+        ids = self._check_ids(ids)
+        T = ids.numel()
+        positions = torch.arange(T)
+        X = self.embed(ids)[:, None, :].repeat(1, cfg.hc, 1)
+        pre_in = self.one_hot_pre(T)
+        state = {"kv": {}, "sel": {}, "cand": None}
+        taps = {}
+        for L in range(cfg.n_layers):
+            prefix = f"layers.{L}."
+            if L in cfg.engram_layers:
+                X = self.engram(X, ids, L)
+            if cfg.n_mtp and L in cfg.dspark_targets:
+                taps[L] = X.mean(dim=1)
+            X, pre_in = self.block(X, pre_in, prefix,
+                                   lambda a, L=L, prefix=prefix: self.attention(a, prefix + "attn.", L, positions, state),
+                                   cfg.topk)
+            self._record(f"layer{L}.out", X)
+        y = self.norm(self.hc_pre(X, pre_in), "norm")
+        return y @ self.head().T, taps
+
+    # --- DSpark (§2.12) ----------------------------------------------------------------------------
+
+    def dspark(self, taps, ids):
+        """Teacher-forced draft rounds, all at once: for every p < T-1 the round after the target
+        processed p with anchor ids[p+1] (rounds are independent of each other). Returns (logits
+        [T-1, block, vocab] of draft k given the greedy o_k, drafts [T-1, block] greedy, confidence
+        logits [T-1, block])."""
+        cfg = self.cfg
+        ids = self._check_ids(ids)
+        T = ids.numel()
+        P, B, V = max(T - 1, 0), cfg.dspark_block, cfg.vocab
+        if P == 0:
+            return (torch.zeros(0, B, V, dtype=self.dtype), torch.zeros(0, B, dtype=torch.int64),
+                    torch.zeros(0, B, dtype=self.dtype))
+        last = f"mtp.{cfg.n_mtp - 1}."
+        main_hidden = torch.cat([taps[L] for L in cfg.dspark_targets], dim=-1)
+        main_x = self.norm(self.lin(main_hidden, "mtp.0.main_proj"), "mtp.0.main_norm")  # [T, d]
+        ang_all = self.angles(torch.arange(T + B), 0)
+        rings = []
+        for s in range(cfg.n_mtp):
+            pre = f"mtp.{s}.attn."
+            rings.append(self.win_qdq(self.rot(self.norm(self.lin(main_x, pre + "wkv"), pre + "kv_norm"), ang_all[:T])))
+        anchors = ids[1:]
+        block = torch.full((P, B), cfg.dspark_noise, dtype=torch.int64)
+        block[:, 0] = anchors
+        bpos = torch.arange(P)[:, None] + 1 + torch.arange(B)[None, :]  # [P, B]: positions p+1 .. p+B
+        X = self.embed(block.reshape(-1))[:, None, :].repeat(1, cfg.hc, 1)  # [P*B, hc, d]
+        pre_in = self.one_hot_pre(P * B)
+        for s in range(cfg.n_mtp):
+            pre = f"mtp.{s}."
+            X, pre_in = self.block(X, pre_in, pre,
+                                   lambda a, s=s, pre=pre: self.stage_attention(a, pre + "attn.", rings[s], ang_all, bpos),
+                                   cfg.dspark_topk)
+        h = self.hc_pre(X, pre_in).view(P, B, -1)
+        U = self.norm(h, last + "norm") @ self.head().T  # [P, B, V]
+        mk_head = self.w(last + "markov_head.head.weight")  # [V, rank]
+        conf_w = self.w(last + "confidence_head.proj.weight")[0]  # [d + rank]
+        drafts = torch.zeros(P, B, dtype=torch.int64)
+        conf = torch.zeros(P, B, dtype=self.dtype)
+        o = anchors.clone()
+        for k in range(B):
+            emb = torch.from_numpy(self.ckpt.plain(last + "markov_head.embed.weight", rows=o.numpy())
+                                   .astype(np.float64)).to(self.dtype)  # [P, rank]
+            U[:, k] += emb @ mk_head.T
+            conf[:, k] = torch.cat([h[:, k], emb], dim=-1) @ conf_w
+            o = torch.argmax(U[:, k], dim=-1)  # greedy; exact ties: the lowest id
+            drafts[:, k] = o
+        return U, drafts, conf
+
+    def stage_attention(self, a, prefix, ring, ang_all, bpos):
+        """§2.12 stage attention for rounds p = 0..P-1 at once (rows of `a` are [P * B]): the queries of
+        round p attend to the ring entries of positions max(0, p-W+1)..p and to all B block positions of
+        round p (no causal mask inside the block)."""
+        cfg = self.cfg
+        P, B = bpos.shape
+        nh, hd = cfg.n_heads, cfg.head_dim
+        ang = ang_all[bpos.reshape(-1)]  # [P*B, rd/2]
+        qr = self.norm(self.lin(a, prefix + "wq_a"), prefix + "q_norm")
+        q = self.rot(self.lin(qr, prefix + "wq_b").view(P * B, nh, hd), ang[:, None, :]).view(P, B, nh, hd)
+        kvb = self.win_qdq(self.rot(self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm"), ang)).view(P, B, hd)
+        T = ring.shape[0]
+        p = torch.arange(P)[:, None]
+        j = torch.arange(T)[None, :]
+        ring_mask = (j <= p) & (j > p - cfg.window)  # [P, T]
+        lr = torch.einsum("pbhd,jd->pbhj", q, ring).masked_fill(~ring_mask[:, None, None, :], float("-inf"))
+        lb = torch.einsum("pbhd,pcd->pbhc", q, kvb)
+        sink = self.p(prefix + "attn_sink")
+        logits = torch.cat([lr, lb, sink[None, None, :, None].expand(P, B, nh, 1)], dim=-1)
+        logits[..., :-1] *= hd ** -0.5
+        probs = torch.softmax(logits, dim=-1)
+        o = torch.einsum("pbhj,jd->pbhd", probs[..., :T], ring) + torch.einsum("pbhc,pcd->pbhd", probs[..., T:T + B], kvb)
+        o = self.rot(o.reshape(P * B, nh, hd), -ang[:, None, :])
+        return self.out_proj(o, prefix)

@@ -1,0 +1,84 @@
+// Properties of the V4.1 one-pass prefill that hold whatever the weights (its numbers are checked
+// against reference/model_v41.py by the golden tests): causality (a prefix alone gives the prefix's
+// rows, main logits and DSpark draft 0), the QDQ switch acting, a clear error without a token map.
+#include "model/deepseek_v41/prefill.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../test_util.h"
+#include "model/mkmodel.h"
+
+namespace dsinfer::model::deepseek_v41 {
+namespace {
+
+using testing::TempDir;
+
+std::unique_ptr<Checkpoint> small_checkpoint(const TempDir& dir) {
+  ::setenv("DSINFER_HOME", dir.file("no_home").c_str(), 1);
+  MkModelOptions o;
+  o.config_path = testing::write_config(dir, testing::small_v41_config(), "src.json");
+  o.out_dir = dir.file("m");
+  o.seed = 3;
+  make_model(o);
+  return Checkpoint::open(o.out_dir);
+}
+
+std::vector<int32_t> prompt(int n) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 7919 + 13) % 512));
+  return ids;
+}
+
+double max_abs(const std::vector<float>& v, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<double>(v[i])));
+  return m;
+}
+
+TEST(PrefillV41, APrefixAloneGivesThePrefixRows) {
+  TempDir dir;
+  auto ck = small_checkpoint(dir);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  // 40 tokens: window 8 wraps, 20 ratio-2 entries (top-4 prunes), candidate budget 4 x 2 exceeded.
+  const std::vector<int32_t> ids = prompt(40);
+  std::vector<float> draft_full, draft_part;
+  const std::vector<float> full = prefill_logits(*ck, &map, ids, {}, &draft_full);
+  const std::vector<int32_t> head(ids.begin(), ids.begin() + 23);
+  const std::vector<float> part = prefill_logits(*ck, &map, head, {}, &draft_part);
+  const int64_t V = ck->config().vocab_size;
+  ASSERT_EQ(full.size(), static_cast<size_t>(40 * V));
+  ASSERT_EQ(part.size(), static_cast<size_t>(23 * V));
+  ASSERT_EQ(draft_full.size(), static_cast<size_t>(39 * V));
+  ASSERT_EQ(draft_part.size(), static_cast<size_t>(22 * V));
+  const double scale = max_abs(full, full.size());
+  EXPECT_GT(scale, 0.1);
+  for (size_t i = 0; i < part.size(); ++i) ASSERT_NEAR(part[i], full[i], 1e-6 * scale) << "element " << i;
+  // The prefix's draft rounds 0..21 (anchors up to token 22) use only positions <= 22.
+  for (size_t i = 0; i < draft_part.size(); ++i) ASSERT_NEAR(draft_part[i], draft_full[i], 1e-6 * scale) << i;
+  for (float x : full) ASSERT_TRUE(std::isfinite(x));
+}
+
+TEST(PrefillV41, QdqSwitchActs) {
+  TempDir dir;
+  auto ck = small_checkpoint(dir);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  const std::vector<int32_t> ids = prompt(24);
+  PrefillOptions off;
+  off.qdq = false;
+  const std::vector<float> a = prefill_logits(*ck, &map, ids), b = prefill_logits(*ck, &map, ids, off);
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+  EXPECT_GT(diff, 1e-4);
+}
+
+TEST(PrefillV41, NeedsTheTokenMapForEngram) {
+  TempDir dir;
+  auto ck = small_checkpoint(dir);
+  const std::string msg = testing::error_of([&] { prefill_logits(*ck, nullptr, prompt(4)); });
+  EXPECT_NE(msg.find("token map"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace dsinfer::model::deepseek_v41

@@ -17,8 +17,10 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
   m->ckpt_ = Checkpoint::open(dir);
   m->shape_ = std::make_shared<const ModelShape>(
       ModelShape::build(m->ckpt_->config(), options.numerics, options.max_draft));
-  if (options.prefault) m->ckpt_->touch();
   m->weights_ = ModelWeights::load(*m->ckpt_, *m->shape_, options.progress);
+  // The embedding table is the only weight read from the mapping after the load (the rest is repacked
+  // and its pages released), so it is all a prefault needs to read.
+  if (options.prefault) m->ckpt_->touch(m->ckpt_->get("embed.weight"));
   if (options.pool != nullptr) {
     m->pool_ = options.pool;
   } else {

@@ -15,7 +15,12 @@ class Loader {
   kernels::Linear linear(const std::string& prefix, int64_t rows, int64_t cols) const {
     kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
     if (v.name.empty()) v.name = prefix;  // so the kernels' own checks name the tensor
-    return kernels::Linear(v);
+    kernels::Linear l(v);
+    // The Linear holds its own repacked copy: the mapped bytes leave memory now, so that no weight is
+    // resident twice, not even during the load (the peak would be the checkpoint plus its copy).
+    ckpt_.release(ckpt_.get(prefix + ".weight"));
+    if (const TensorView* scale = ckpt_.find(prefix + ".scale")) ckpt_.release(*scale);
+    return l;
   }
 
   // A BF16 or F32 vector of exactly n elements, as fp32.
@@ -45,6 +50,7 @@ class Loader {
     v.data = fn.data;
     v.name = stem + "_fn";
     w.fn = kernels::Linear(v);
+    ckpt_.release(fn);
     w.base = vec(stem + "_base", mixes);
     w.scale = vec(stem + "_scale", scales);
     return w;
@@ -157,6 +163,9 @@ ModelWeights ModelWeights::load(const Checkpoint& ckpt, const ModelShape& s,
     w.mtp = std::move(m);
     if (on_layer) on_layer(total, total);
   }
+  // What remains mapped and resident (small vectors, routing tables, headers) was copied too; only the
+  // embedding table is read in place.
+  ckpt.release_all_except(&embed);
   return w;
 }
 

@@ -1,7 +1,9 @@
 // The weights of a DeepSeek-V4 checkpoint as the forward pass uses them: products as kernels::Linear
 // (FP8 / FP4 / BF16 / F32, decoded exactly; Linear keeps its own repacked copy), small parameters
 // (norms, mHC, sinks, ape, router bias) converted to fp32 vectors, the hash-routing table to int32. The
-// embedding table is read in place from the checkpoint's mapped file, which the model keeps open.
+// embedding table is read in place from the checkpoint's mapped file, which the model keeps open; every
+// other mapped page is released from memory once copied (Checkpoint::release), so the resident size
+// is the repacked weights plus the embedding rows in use, never a weight twice.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 #include "core/dtypes.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace dsinfer::model::deepseek_v4 {
 namespace {
@@ -123,8 +124,13 @@ class Loader {
     } else {
       m.bias = vec(f + "gate.bias", s_.experts);
     }
-    m.experts.reserve(s_.experts);
-    for (int64_t e = 0; e < s_.experts; ++e) m.experts.push_back(expert(core::str_cat(f, "experts.", e, "."), s_.inter));
+    // The routed experts are most of the checkpoint and each is too small for Linear to split its own
+    // packing: pack them side by side on the pool (a weight's packed bytes do not depend on who packs
+    // it; an invalid weight still fails naming itself, rethrown by run()).
+    m.experts.resize(s_.experts);
+    core::ThreadPool::global().run(s_.experts, [&](int64_t e, int) {
+      m.experts[e] = expert(core::str_cat(f, "experts.", e, "."), s_.inter);
+    });
     m.shared = expert(f + "shared_experts.", s_.shared_inter);
     return b;
   }

@@ -70,8 +70,28 @@ class Loader {
     return c;
   }
 
-  ExpertWeights expert(const std::string& prefix, int64_t inter) const {
+  // --numerics fast: an FP4 weight repacked for the int8 products; the mapped bytes leave memory as in
+  // linear().
+  kernels::Fp4Int8Linear int8_linear(const std::string& prefix, int64_t rows, int64_t cols) const {
+    kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
+    if (v.name.empty()) v.name = prefix;
+    kernels::Fp4Int8Linear l(v);
+    ckpt_.release(ckpt_.get(prefix + ".weight"));
+    if (const TensorView* scale = ckpt_.find(prefix + ".scale")) ckpt_.release(*scale);
+    return l;
+  }
+
+  ExpertWeights expert(const std::string& prefix, int64_t inter, bool routed) const {
     ExpertWeights e;
+    if (routed && s_.numerics.fast() &&
+        ckpt_.linear(prefix + "w1", inter, s_.dim).format == kernels::WeightFormat::kFP4 &&
+        ckpt_.linear(prefix + "w2", s_.dim, inter).format == kernels::WeightFormat::kFP4 &&
+        ckpt_.linear(prefix + "w3", inter, s_.dim).format == kernels::WeightFormat::kFP4) {
+      e.w1_int8 = int8_linear(prefix + "w1", inter, s_.dim);
+      e.w2_int8 = int8_linear(prefix + "w2", s_.dim, inter);
+      e.w3_int8 = int8_linear(prefix + "w3", inter, s_.dim);
+      return e;
+    }
     e.w1 = linear(prefix + "w1", inter, s_.dim);
     e.w2 = linear(prefix + "w2", s_.dim, inter);
     e.w3 = linear(prefix + "w3", inter, s_.dim);
@@ -129,9 +149,9 @@ class Loader {
     // it; an invalid weight still fails naming itself, rethrown by run()).
     m.experts.resize(s_.experts);
     core::ThreadPool::global().run(s_.experts, [&](int64_t e, int) {
-      m.experts[e] = expert(core::str_cat(f, "experts.", e, "."), s_.inter);
+      m.experts[e] = expert(core::str_cat(f, "experts.", e, "."), s_.inter, true);
     });
-    m.shared = expert(f + "shared_experts.", s_.shared_inter);
+    m.shared = expert(f + "shared_experts.", s_.shared_inter, false);
     return b;
   }
 

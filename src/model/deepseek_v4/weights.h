@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_int8.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/shape.h"
 
@@ -45,6 +46,10 @@ struct AttentionWeights {
 
 struct ExpertWeights {
   kernels::Linear w1, w2, w3;
+  // --numerics fast, routed FP4 experts: the int8 products instead (w1..w3 then stay empty, so no
+  // weight is held twice).
+  kernels::Fp4Int8Linear w1_int8, w2_int8, w3_int8;
+  bool int8() const { return !w1_int8.empty(); }
 };
 
 struct MoeWeights {

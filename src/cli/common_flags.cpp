@@ -8,7 +8,8 @@ void add_model_flags(Args& args, const std::string& model_help) {
   args.option("model", "DIR", model_help);
   args.option("numerics", "MODE",
               "exact (fp32 activations), reference (activation FP8 QDQ, bf16 storage) or fast (int8 activations x "
-              "FP4 routed experts as integer dots; not yet the default: its fidelity is still being measured)",
+              "FP4 routed experts as integer dots, and bf16 dot products for the BF16 head on AVX-512 BF16; not "
+              "yet the default: its fidelity is still being measured)",
               "exact");
   args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ (diagnostic)");
   args.option("threads", "N", "compute threads of the model (0: $DSINFER_THREADS or every core)", "0");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtypes.h"
+#include "core/thread_pool.h"
 #include "kernels/cpu/targets.h"
 
 namespace dsinfer::kernels {
@@ -48,7 +49,7 @@ TEST(Bf16DotLinear, OracleAddsTheOddElementOfEachPairFirst) {
 
 TEST(Bf16DotLinear, EveryTargetAndTheHardwarePathEqualTheOracleBitwise) {
   for (const int64_t cols : {int64_t{64}, int64_t{67}}) {
-    constexpr int64_t rows = 37, M = 5;
+    constexpr int64_t rows = 150, M = 6;  // panel groups of 4 and 1, row groups of 4 and 1
     const Bf16Weight w = make_bf16(rows, cols, static_cast<uint32_t>(cols));
     std::mt19937 rng(3);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -81,6 +82,11 @@ TEST(Bf16DotLinear, EveryTargetAndTheHardwarePathEqualTheOracleBitwise) {
       lin.forward(x.data() + m * ldx, 1, ldx, one.data(), rows);
       EXPECT_EQ(std::memcmp(one.data(), all.data() + m * ldy, rows * 4), 0) << m;
     }
+    // Split over more threads than this machine has cores.
+    core::ThreadPool pool(5);
+    std::vector<float> split(M * ldy, 0.0f);
+    lin.forward(x.data(), M, ldx, split.data(), ldy, &pool);
+    EXPECT_EQ(std::memcmp(split.data(), all.data(), all.size() * 4), 0);
   }
 }
 

@@ -54,35 +54,66 @@ namespace dsinfer::kernels::detail {
 namespace HWY_NAMESPACE {
 
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
-__attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void PanelHw(const uint32_t* panel, int64_t pairs,
-                                                                 const uint32_t* xp, float* out16) {
-  __m512 acc = _mm512_setzero_ps();
+// NP panels × MR rows of x: NP·MR independent accumulators hide the latency of the chained vdpbf16ps
+// and each weight load serves MR rows. Every output is still its own chain over kp ascending.
+template <int NP, int MR>
+__attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void TileHw(const uint32_t* panel0, int64_t panel_stride,
+                                                                int64_t pairs, const uint32_t* xp0, int64_t x_stride,
+                                                                float* out /* [MR][NP][16] */) {
+  __m512 acc[MR][NP];
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
   for (int64_t kp = 0; kp < pairs; ++kp) {
-    const __m512i w = _mm512_loadu_si512(panel + kp * 16);
-    const __m512i a = _mm512_set1_epi32(static_cast<int>(xp[kp]));
-    acc = _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)a);
+    __m512i w[NP];
+    for (int p = 0; p < NP; ++p) w[p] = _mm512_loadu_si512(panel0 + p * panel_stride + kp * 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_set1_epi32(static_cast<int>(xp0[r * x_stride + kp]));
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)w[p], (__m512bh)a);
+    }
   }
-  _mm512_storeu_ps(out16, acc);
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * 16, acc[r][p]);
 }
 #endif
 
-void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, float* y, int64_t ldy) {
-  float out[16];
-  for (int64_t p = 0; p < w.panels; ++p) {
-    const uint32_t* panel = w.lanes.data() + p * w.pairs * 16;
-    const int64_t r0 = p * 16, count = std::min<int64_t>(16, w.rows - r0);
-    for (int64_t m = 0; m < M; ++m) {
-      const uint32_t* xp = xpairs + m * w.pairs;
+// Stores rows of panel p from a [16] block of outputs.
+HWY_INLINE void StorePanel(const Bf16DotPacked& w, int64_t p, const float* out16, float* y_row) {
+  const int64_t r0 = p * 16, count = std::min<int64_t>(16, w.rows - r0);
+  std::memcpy(y_row + r0, out16, count * sizeof(float));
+}
+
+void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, float* y, int64_t ldy, int64_t p_begin,
+                    int64_t p_end) {
+  const int64_t stride = w.pairs * 16;
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
-      if (bf16dot_hw_allowed()) {
-        PanelHw(panel, w.pairs, xp, out);
-      } else {
-        for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, 16, xp, w.pairs);
+  if (bf16dot_hw_allowed()) {
+    alignas(64) float out[4 * 4 * 16];
+    for (int64_t p = p_begin; p < p_end;) {
+      const int np = p + 4 <= p_end ? 4 : 1;
+      for (int64_t m = 0; m < M;) {
+        const int mr = m + 4 <= M ? 4 : 1;
+        const uint32_t* panel = w.lanes.data() + p * stride;
+        const uint32_t* xp = xpairs + m * w.pairs;
+        if (np == 4 && mr == 4) TileHw<4, 4>(panel, stride, w.pairs, xp, w.pairs, out);
+        else if (np == 4) TileHw<4, 1>(panel, stride, w.pairs, xp, w.pairs, out);
+        else if (mr == 4) TileHw<1, 4>(panel, stride, w.pairs, xp, w.pairs, out);
+        else TileHw<1, 1>(panel, stride, w.pairs, xp, w.pairs, out);
+        for (int r = 0; r < mr; ++r)
+          for (int q = 0; q < np; ++q) StorePanel(w, p + q, out + (r * np + q) * 16, y + (m + r) * ldy);
+        m += mr;
       }
-#else
-      for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, 16, xp, w.pairs);
+      p += np;
+    }
+    return;
+  }
 #endif
-      std::memcpy(y + m * ldy + r0, out, count * sizeof(float));
+  float out[16];
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint32_t* panel = w.lanes.data() + p * stride;
+    const int64_t count = std::min<int64_t>(16, w.rows - p * 16);
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, 16, xpairs + m * w.pairs, w.pairs);
+      StorePanel(w, p, out, y + m * ldy);
     }
   }
 }
@@ -113,6 +144,8 @@ HWY_EXPORT(Bf16DotForward);
 }  // namespace detail
 
 struct Bf16DotLinear::Packed : detail::Bf16DotPacked {};
+
+bool bf16dot_hardware() { return detail::bf16dot_hw_allowed(); }
 
 namespace {
 std::vector<uint32_t> x_pairs(const float* x, int64_t M, int64_t ldx, int64_t cols, int64_t pairs) {
@@ -156,10 +189,19 @@ Bf16DotLinear::Bf16DotLinear(const WeightView& w) {
 int64_t Bf16DotLinear::rows() const { return packed_ ? packed_->rows : 0; }
 int64_t Bf16DotLinear::cols() const { return packed_ ? packed_->cols : 0; }
 
-void Bf16DotLinear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) const {
+void Bf16DotLinear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
+                            core::ThreadPool* pool) const {
   DSINFER_CHECK(packed_ != nullptr, "bf16 dot linear: forward on an empty weight");
+  if (M <= 0) return;
   const auto xp = x_pairs(x, M, ldx, packed_->cols, packed_->pairs);
-  HWY_DYNAMIC_DISPATCH(detail::Bf16DotForward)(*packed_, xp.data(), M, y, ldy);
+  auto run = [&](int64_t pb, int64_t pe) {
+    HWY_DYNAMIC_DISPATCH(detail::Bf16DotForward)(*packed_, xp.data(), M, y, ldy, pb, pe);
+  };
+  if (pool == nullptr || pool->size() == 1) {
+    run(0, packed_->panels);
+    return;
+  }
+  pool->parallel_for(packed_->panels, 4, run);
 }
 
 void bf16dot_reference(const WeightView& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {

@@ -1,5 +1,5 @@
 // BF16 weights times bf16-rounded activations on AVX-512 BF16 (vdpbf16ps): the BF16 product of the
-// `--numerics fast` mode (not wired into the model yet).
+// `--numerics fast` mode (the output head, whose weight is BF16).
 //
 // Numerics, per output (m, n), with xb = bf16(x) (round to nearest even) and k-pairs kp ascending:
 //   acc = ftz(acc + W[n][2kp+1]·xb[m][2kp+1]);  acc = ftz(acc + W[n][2kp]·xb[m][2kp])
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/thread_pool.h"
 #include "kernels/cpu/linear.h"
 
 namespace dsinfer::kernels {
@@ -27,14 +28,21 @@ class Bf16DotLinear {
   int64_t rows() const;
   int64_t cols() const;
 
-  // y[m*ldy + n] for m < M, n < rows(), on the calling thread.
-  void forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) const;
+  bool empty() const { return packed_ == nullptr; }
+
+  // y[m*ldy + n] for m < M, n < rows(); split over the pool's threads by panels of 16 output rows
+  // (pool == nullptr: the calling thread), which changes no result.
+  void forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, core::ThreadPool* pool = nullptr) const;
 
   struct Packed;
 
  private:
   std::unique_ptr<Packed> packed_;
 };
+
+// Whether forward runs on vdpbf16ps on this CPU (elsewhere it is the oracle's scalar loop: callers that
+// want speed keep their fp32 product there).
+bool bf16dot_hardware();
 
 // The scalar oracle of the numerics above, from the checkpoint layout.
 void bf16dot_reference(const WeightView& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy);

@@ -81,6 +81,15 @@ class Loader {
     return l;
   }
 
+  // --numerics fast: a BF16 weight repacked for bf16 dot products (linear_bf16dot.h).
+  kernels::Bf16DotLinear bf16dot_linear(const std::string& prefix, int64_t rows, int64_t cols) const {
+    kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
+    if (v.name.empty()) v.name = prefix;
+    kernels::Bf16DotLinear l(v);
+    ckpt_.release(ckpt_.get(prefix + ".weight"));
+    return l;
+  }
+
   ExpertWeights expert(const std::string& prefix, int64_t inter, bool routed) const {
     ExpertWeights e;
     if (routed && s_.numerics.fast() &&
@@ -168,7 +177,12 @@ ModelWeights ModelWeights::load(const Checkpoint& ckpt, const ModelShape& s,
   ModelWeights w;
   const TensorView& embed = ckpt.get("embed.weight", DType::kBF16, {s.vocab, s.dim});
   w.embed = embed.as<uint16_t>();
-  w.head = ld.linear("head", s.vocab, s.dim);
+  if (s.numerics.fast() && kernels::bf16dot_hardware() &&
+      ckpt.linear("head", s.vocab, s.dim).format == kernels::WeightFormat::kBF16) {
+    w.head_bf16 = ld.bf16dot_linear("head", s.vocab, s.dim);
+  } else {
+    w.head = ld.linear("head", s.vocab, s.dim);
+  }
   w.norm = ld.vec("norm.weight", s.dim);
   w.hc_head = ld.hc("hc_head", s.hc, 1);
   const int64_t total = s.n_layers + (s.has_mtp ? 1 : 0);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_bf16dot.h"
 #include "kernels/cpu/linear_int8.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/shape.h"
@@ -77,6 +78,8 @@ struct MtpWeights {
 struct ModelWeights {
   const uint16_t* embed = nullptr;  // [vocab][d] bf16, in the mapped checkpoint
   kernels::Linear head;             // [vocab, d] BF16, fp32 logits
+  // --numerics fast on a CPU with AVX-512 BF16: the head as bf16 dot products instead (head then empty).
+  kernels::Bf16DotLinear head_bf16;
   std::vector<float> norm;
   HcWeights hc_head;
   std::vector<BlockWeights> layers;

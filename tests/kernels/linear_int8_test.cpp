@@ -82,7 +82,8 @@ void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>&
   ASSERT_EQ(a.size(), b.size()) << what;
   int64_t bad = 0;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (std::memcmp(&a[i], &b[i], 4) != 0 && ++bad <= 5) ADD_FAILURE() << what << ": [" << i << "] " << a[i] << " vs " << b[i];
+    if (std::memcmp(&a[i], &b[i], 4) != 0 && ++bad <= 5)
+      ADD_FAILURE() << what << ": [" << i << "] " << a[i] << " vs " << b[i];
   }
   EXPECT_EQ(bad, 0) << what;
 }
@@ -222,7 +223,8 @@ TEST(Fp4Int8Linear, WithinHalfAQuantizationStepOfTheFp32Product) {
       for (int64_t k = 0; k < cols; ++k) {
         const double wk = std::fabs(static_cast<double>(weight_at(w.view, n, k)));
         step_bound += wk * static_cast<double>(qx.xs[m * qx.lds + k / block]) * 0.50002;
-        mag += wk * (std::fabs(static_cast<double>(x[m * cols + k])) + static_cast<double>(qx.xs[m * qx.lds + k / block]));
+        const double step = static_cast<double>(qx.xs[m * qx.lds + k / block]);
+        mag += wk * (std::fabs(static_cast<double>(x[m * cols + k])) + step);
       }
       const double bound = step_bound + 4.0 * static_cast<double>(cols) * u * mag;
       EXPECT_LE(std::fabs(static_cast<double>(fast[m * rows + n]) - exact[m * rows + n]), bound) << m << ", " << n;

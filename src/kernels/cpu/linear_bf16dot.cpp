@@ -31,9 +31,13 @@ struct Bf16DotPacked {
 bool bf16dot_hw_allowed();
 
 // The instruction's view of a bf16: subnormals are zero.
-inline float bf16_daz(uint16_t b) { return (b & 0x7F80) == 0 ? core::bits_float((b & 0x8000u) << 16) : core::bf16_to_float(b); }
+inline float bf16_daz(uint16_t b) {
+  return (b & 0x7F80) == 0 ? core::bits_float((b & 0x8000u) << 16) : core::bf16_to_float(b);
+}
 inline float ftz(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
-inline uint32_t bf16_pair(float lo, float hi) { return core::float_to_bf16(lo) | (uint32_t{core::float_to_bf16(hi)} << 16); }
+inline uint32_t bf16_pair(float lo, float hi) {
+  return core::float_to_bf16(lo) | (uint32_t{core::float_to_bf16(hi)} << 16);
+}
 
 // One output over the pair lanes of its row (stride between pairs) and x's pairs.
 inline float bf16dot_scalar(const uint32_t* w, int64_t stride, const uint32_t* xp, int64_t pairs) {
@@ -212,7 +216,8 @@ void bf16dot_reference(const WeightView& w, const float* x, int64_t M, int64_t l
   for (int64_t n = 0; n < w.rows; ++n) {
     for (int64_t kp = 0; kp < pairs; ++kp)
       row[kp] = weight_bits(w, n, 2 * kp) | (uint32_t{weight_bits(w, n, 2 * kp + 1)} << 16);
-    for (int64_t m = 0; m < M; ++m) y[m * ldy + n] = detail::bf16dot_scalar(row.data(), 1, xp.data() + m * pairs, pairs);
+    for (int64_t m = 0; m < M; ++m)
+      y[m * ldy + n] = detail::bf16dot_scalar(row.data(), 1, xp.data() + m * pairs, pairs);
   }
 }
 

@@ -12,7 +12,11 @@ namespace dsinfer::cli {
 
 void add_model_flags(Args& args, const std::string& model_help) {
   args.option("model", "DIR", model_help);
-  args.option("numerics", "MODE", "exact (fp32 activations) or reference (activation FP8 QDQ, bf16 storage)", "exact");
+  args.option("numerics", "MODE",
+              "exact (fp32 activations), reference (activation FP8 QDQ, bf16 storage) or fast (int8 activations x "
+              "FP4 routed experts as integer dots, and bf16 dot products for the BF16 head on AVX-512 BF16; not "
+              "yet the default: its fidelity is still being measured)",
+              "exact");
   args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ (diagnostic)");
   args.option("threads", "N", "compute threads of the model (0: $DSINFER_THREADS or every core)", "0");
 }
@@ -21,7 +25,8 @@ ModelFlags read_model_flags(const Args& args, bool required) {
   ModelFlags f;
   if (required || args.has("model")) f.dir = args.get("model");
   f.numerics = args.get("numerics");
-  DSINFER_CHECK(f.numerics == "exact" || f.numerics == "reference", "--numerics must be exact or reference, got '",
+  DSINFER_CHECK(f.numerics == "exact" || f.numerics == "reference" || f.numerics == "fast",
+                "--numerics must be exact, reference or fast, got '",
                 f.numerics, "'");
   f.kv_qdq = !args.has("no-kv-qdq");
   f.threads = static_cast<int>(args.get_int("threads", 0, kMaxThreads));

@@ -1,6 +1,6 @@
 // The flags every model-running command (serve, generate, bench, bench-forward, bench-serve, logits)
 // spells, documents and bounds the same way:
-//   model:  --model DIR, --numerics exact|reference, --no-kv-qdq, --threads N
+//   model:  --model DIR, --numerics exact|reference|fast, --no-kv-qdq, --threads N
 //   engine: --kv-budget-mib MIB, --max-batch-tokens N, --max-running N, --max-queue N, --no-prefix-cache,
 //           --no-swa-replay,
 //           --speculation, --draft-tokens N
@@ -30,7 +30,7 @@ inline constexpr int64_t kMaxDraftTokens = 64;
 
 struct ModelFlags {
   std::string dir;                  // empty when --model is optional and not given
-  std::string numerics = "exact";   // "exact" or "reference"
+  std::string numerics = "exact";   // "exact", "reference" or "fast"
   bool kv_qdq = true;
   int threads = 0;                  // 0: $DSINFER_THREADS or every core
 };

@@ -1,6 +1,7 @@
 #include "model/checkpoint.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -303,6 +304,33 @@ InventoryReport Checkpoint::check_inventory() const {
     }
   }
   return r;
+}
+
+uint64_t Checkpoint::touch(const TensorView& t) const {
+  volatile uint8_t sink = 0;
+  uint8_t acc = 0;
+  for (size_t off = 0; off < t.nbytes; off += 4096) acc ^= t.data[off];
+  sink = sink ^ acc;
+  return t.nbytes;
+}
+
+void Checkpoint::release(const TensorView& t) const {
+  for (const auto& f : files_) {
+    if (&f->path() == t.file) f->release(t.file_offset, t.file_offset + t.nbytes);
+  }
+}
+
+void Checkpoint::release_all_except(const TensorView* keep) const {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (const auto& f : files_) {
+    if (keep == nullptr || keep->file != &f->path()) {
+      f->release(0, f->file_size());
+      continue;
+    }
+    // The pages of `keep`, rounded outwards, stay.
+    f->release(0, keep->file_offset / page * page);
+    f->release((keep->file_offset + keep->nbytes + page - 1) / page * page, f->file_size());
+  }
 }
 
 uint64_t Checkpoint::touch(const ProgressFn& progress) const {

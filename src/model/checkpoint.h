@@ -71,6 +71,15 @@ class Checkpoint {
 
   // Reads every page once (so later accesses do not fault), reporting progress. Returns bytes read.
   uint64_t touch(const ProgressFn& progress = nullptr) const;
+  // Reads every page of one tensor once. Returns its bytes.
+  uint64_t touch(const TensorView& t) const;
+
+  // Drops the mapped pages of a tensor (whole pages inside it) from resident memory once its bytes
+  // have been copied; reading it later faults it in again from the file (SafetensorsFile::release).
+  void release(const TensorView& t) const;
+  // Drops every mapped page of every file except those holding bytes of `keep` (may be null): for the
+  // end of a load, when only tensors read in place stay in use.
+  void release_all_except(const TensorView* keep) const;
 
  private:
   Checkpoint() = default;

@@ -225,6 +225,17 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_) ::munmap(const_cast<uint8_t*>(map_), file_size_);
 }
 
+void SafetensorsFile::release(uint64_t begin, uint64_t end) const {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  end = std::min(end, file_size_);
+  // Whole pages only: a partial page at either end may hold bytes of a neighbour still in use.
+  begin = (begin + page - 1) / page * page;
+  end = end / page * page;
+  if (map_ == nullptr || begin >= end) return;
+  // Advice only: a failure leaves the pages resident, which costs memory but not correctness.
+  ::madvise(const_cast<uint8_t*>(map_) + begin, end - begin, MADV_DONTNEED);
+}
+
 const TensorView* SafetensorsFile::find(std::string_view name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];

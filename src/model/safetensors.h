@@ -74,6 +74,12 @@ class SafetensorsFile {
   const TensorView* find(std::string_view name) const;
   const TensorView& get(std::string_view name) const;  // fails naming file and tensor
 
+  // Drops the whole pages of file bytes [begin, end) (absolute offsets, clamped to the file) from this
+  // process's resident memory. The mapping is private and never written, so a later read faults the
+  // bytes in again from the file: only the resident size changes. For bytes the caller has copied
+  // (repacked weights), so that a weight is not resident twice.
+  void release(uint64_t begin, uint64_t end) const;
+
  private:
   std::string path_;
   int fd_ = -1;

@@ -50,6 +50,9 @@ TEST(CliFlags, DefaultsAndValues) {
   EXPECT_EQ(m.threads, 8);
   EXPECT_EQ(m.numerics, "reference");
   EXPECT_FALSE(m.kv_qdq);
+  Args fast = model_command();
+  ASSERT_TRUE(parse(fast, {"--model", "/m", "--numerics", "fast"}));
+  EXPECT_EQ(read_model_flags(fast).numerics, "fast");
   const EngineFlags e = read_engine_flags(args);
   EXPECT_EQ(e.kv_budget_bytes, int64_t{1024} << 20);
   EXPECT_EQ(e.max_batch_tokens, 512);
@@ -129,7 +132,7 @@ TEST(CliFlags, AbsurdSizesAreClearErrorsNotOverflows) {
       {{"--max-queue", "0"}, "--max-queue must be in [1, "},
       {{"--draft-tokens", "1000"}, "--draft-tokens must be in [1, 64]"},
       {{"--threads", "4294967296"}, "--threads must be in [0, 4096]"},
-      {{"--numerics", "fast"}, "--numerics must be exact or reference"},
+      {{"--numerics", "turbo"}, "--numerics must be exact, reference or fast"},
   };
   for (const auto& c : cases) {
     Args args = model_command();

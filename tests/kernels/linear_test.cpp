@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/dtypes.h"
@@ -363,6 +365,57 @@ TEST(Linear, ForwardManyEqualsSeparateForwards) {
     const int64_t M = static_cast<int64_t>(xs[i].size()) / lins[i].cols();
     expect_bitwise_equal(ys[i].data(), refs[i].data(), M, lins[i].rows(), lins[i].rows(), lins[i].rows(),
                          core::str_cat("call ", i));
+  }
+}
+
+// A pool of many more threads than cores (sized for a 64+ core server): products split into more
+// tasks than there are rows to share, and tasks run preempted in any order; the result must still be
+// bitwise that of the calling thread alone, on every target and format, for one product and a batch.
+TEST(Linear, MoreThreadsThanCoresGiveBitwiseTheSameResult) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  core::ThreadPool pool(std::clamp(4 * cores, 64, 256));
+  ASSERT_GT(pool.size(), cores);
+  for (const SimdTarget& target : available_targets()) {
+    ScopedTarget scope(target);
+    uint32_t seed = 70;
+    for (WeightFormat f : kFormats) {
+      // Wide enough to split into many row tasks; narrow and tall enough to split over rows of x too.
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1040, 256}, {48, 512}}) {
+        const TestWeight w = make_weight(f, rows, cols, ++seed);
+        const Linear lin(w.view);
+        for (int64_t M : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{150}}) {
+          const auto x = make_x(M, cols, ++seed);
+          std::vector<float> alone(M * rows), many(M * rows);
+          lin.forward(x.data(), M, cols, alone.data(), rows, nullptr);
+          lin.forward(x.data(), M, cols, many.data(), rows, &pool);
+          expect_bitwise_equal(many.data(), alone.data(), M, rows, rows, rows,
+                               core::str_cat(target.name, " ", name_of(f, rows, cols, M), " threads=", pool.size()));
+        }
+      }
+      if (HasFailure()) return;
+    }
+    // A batch of products in one region (the MoE's experts), split over the same many threads.
+    std::vector<TestWeight> ws;
+    std::vector<Linear> lins;
+    for (WeightFormat f : kFormats) ws.push_back(make_weight(f, 272, 128, ++seed));
+    for (const auto& w : ws) lins.emplace_back(w.view);
+    std::vector<std::vector<float>> xs, ys, refs;
+    std::vector<LinearCall> calls;
+    for (size_t i = 0; i < lins.size(); ++i) {
+      const int64_t M = 1 + static_cast<int64_t>(i) * 3;
+      xs.push_back(make_x(M, 128, ++seed));
+      ys.emplace_back(M * 272);
+      refs.emplace_back(M * 272);
+      lins[i].forward(xs[i].data(), M, 128, refs[i].data(), 272, nullptr);
+    }
+    for (size_t i = 0; i < lins.size(); ++i) {
+      calls.push_back({&lins[i], xs[i].data(), 1 + static_cast<int64_t>(i) * 3, 128, ys[i].data(), 272});
+    }
+    linear_forward_many(calls, &pool);
+    for (size_t i = 0; i < lins.size(); ++i) {
+      expect_bitwise_equal(ys[i].data(), refs[i].data(), calls[i].M, 272, 272, 272,
+                           core::str_cat(target.name, " forward_many call ", i));
+    }
   }
 }
 

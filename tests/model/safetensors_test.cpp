@@ -261,5 +261,27 @@ TEST(SafetensorsWriter, OutOfOrderWritesGiveTheSameFile) {
   EXPECT_EQ(testing::read_bytes(dir.file("1.safetensors")), testing::read_bytes(dir.file("2.safetensors")));
 }
 
+TEST(Safetensors, ReleasedBytesReadTheSameAgain) {
+  // release() drops resident pages of the private mapping; a later read must fault in the file's bytes
+  // (not zero pages, which MADV_DONTNEED gives on anonymous memory).
+  TempDir dir;
+  const std::string path = dir.file("r.safetensors");
+  const auto a = pattern(5 * 4096 + 123, 9), b = pattern(3 * 4096, 4);
+  write_safetensors(path, {{"a", DType::kU8, {static_cast<int64_t>(a.size())}, a},
+                           {"b", DType::kU8, {static_cast<int64_t>(b.size())}, b}});
+  SafetensorsFile f(path);
+  const TensorView& ta = f.get("a");
+  const TensorView& tb = f.get("b");
+  ASSERT_EQ(std::memcmp(ta.data, a.data(), a.size()), 0);
+  f.release(ta.file_offset, ta.file_offset + ta.nbytes);
+  f.release(f.file_size() - 10, f.file_size() + 100000);  // clamped; less than a page: nothing
+  EXPECT_EQ(std::memcmp(ta.data, a.data(), a.size()), 0);
+  EXPECT_EQ(std::memcmp(tb.data, b.data(), b.size()), 0);
+  f.release(0, f.file_size());
+  EXPECT_EQ(std::memcmp(ta.data, a.data(), a.size()), 0);
+  EXPECT_EQ(std::memcmp(tb.data, b.data(), b.size()), 0);
+  EXPECT_EQ(f.get("a").shape, std::vector<int64_t>{static_cast<int64_t>(a.size())});
+}
+
 }  // namespace
 }  // namespace dsinfer::model

@@ -17,8 +17,10 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const ModelOptions& o
   m->ckpt_ = Checkpoint::open(dir);
   m->shape_ = std::make_shared<const ModelShape>(
       ModelShape::build(m->ckpt_->config(), options.numerics, options.max_draft));
-  if (options.prefault) m->ckpt_->touch();
   m->weights_ = ModelWeights::load(*m->ckpt_, *m->shape_, options.progress);
+  // The embedding table is the only weight read from the mapping after the load (the rest is repacked
+  // and its pages released), so it is all a prefault needs to read.
+  if (options.prefault) m->ckpt_->touch(m->ckpt_->get("embed.weight"));
   if (options.pool != nullptr) {
     m->pool_ = options.pool;
   } else {
@@ -83,16 +85,23 @@ void Model::write_outputs(StepContext& ctx, const float* X, const HcWeights& hea
     kernels::rmsnorm(y + k * d, norm.data(), d, s.eps, y + k * d);
     s.numerics.bf16(y + k * d, d);
   }
+  auto head_forward = [&](const float* in, int64_t rows, float* logits_out) {
+    if (!weights_.head_bf16.empty()) {
+      weights_.head_bf16.forward(in, rows, d, logits_out, s.vocab, pool_);
+    } else {
+      weights_.head.forward(in, rows, d, logits_out, s.vocab, pool_);
+    }
+  };
   // One product over the rows of every sequence: the head is the largest weight, so a batch must
   // read it once per step, not once per sequence. A lone sequence writes straight into its output.
   const auto one = std::find_if(out.begin(), out.end(), [](const SequenceOutput& o) { return o.logit_rows > 0; });
   if (one->logit_rows == R) {
     for (auto& o : out) o.logits.resize(o.logit_rows * s.vocab);
-    weights_.head.forward(y, R, d, one->logits.data(), s.vocab, pool_);
+    head_forward(y, R, one->logits.data());
     return;
   }
   float* logits = ctx.ws->f(kWsLogits, R * s.vocab);  // reused across steps: no fresh pages per step
-  weights_.head.forward(y, R, d, logits, s.vocab, pool_);
+  head_forward(y, R, logits);
   int64_t k = 0;
   for (auto& o : out) {
     o.logits.assign(logits + k * s.vocab, logits + (k + o.logit_rows) * s.vocab);

@@ -26,7 +26,7 @@ struct ModelOptions {
   int threads = 0;                   // size of the model's own pool (0: DSINFER_THREADS or all cores)
   core::ThreadPool* pool = nullptr;  // use this pool instead of creating one (not owned)
   int64_t max_draft = 7;             // window slots kept beyond W so multi-token steps roll back cheaply
-  bool prefault = false;             // read every weight page at load (steadier first-token latency)
+  bool prefault = false;             // read the embedding table's pages at load (steadier first-token latency)
   // Loading progress: (blocks loaded, blocks total), called after each block.
   std::function<void(int64_t done, int64_t total)> progress;
 };

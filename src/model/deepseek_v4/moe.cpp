@@ -4,10 +4,34 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/topk.h"
 
 namespace dsinfer::model::deepseek_v4 {
+namespace {
+
+// One routed expert's int8 product (--numerics fast) on already quantized rows.
+struct Int8Call {
+  const kernels::Fp4Int8Linear* linear = nullptr;
+  const int8_t* q = nullptr;
+  int64_t ldq = 0;
+  const float* xs = nullptr;
+  int64_t lds = 0;
+  int64_t M = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// The experts spread over the threads, each product on one thread (its result does not depend on it).
+void run_int8(const std::vector<Int8Call>& calls, core::ThreadPool* pool) {
+  pool->run(static_cast<int64_t>(calls.size()), [&](int64_t t, int) {
+    const Int8Call& c = calls[t];
+    c.linear->forward_quantized(c.q, c.ldq, c.xs, c.lds, c.M, kFastActBlock, c.y, c.ldy, nullptr);
+  });
+}
+
+}  // namespace
 float sqrt_softplus(float x) { return std::sqrt(std::max(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)))); }
 
 void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, const float* x, float* y) {
@@ -70,6 +94,30 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   });
   for (int64_t j = 0; j < P; ++j) pair_weight[j] = route[pairs[j]];
 
+  // ---- --numerics fast: the routed rows quantized to int8 once for all their experts ----
+  const bool fast = num.fast();
+  const int64_t bd = kernels::int8_block_count(d, kFastActBlock), bi = kernels::int8_block_count(I, kFastActBlock);
+  // Kept across calls (no allocation per token); the lambdas below use the pointers, since a
+  // thread_local named inside them would be the executing thread's own.
+  thread_local std::vector<int8_t> q_in_buf, q_h_buf;
+  thread_local std::vector<float> s_in_buf, s_h_buf;
+  int8_t *q_in = nullptr, *q_h = nullptr;
+  float *s_in = nullptr, *s_h = nullptr;
+  if (fast) {
+    q_in_buf.resize(P * d);
+    s_in_buf.resize(P * bd);
+    q_h_buf.resize(P * I);
+    s_h_buf.resize(P * bi);
+    q_in = q_in_buf.data();
+    s_in = s_in_buf.data();
+    q_h = q_h_buf.data();
+    s_h = s_h_buf.data();
+    ctx.pool->parallel_for(P, 16, [&](int64_t b, int64_t e) {
+      kernels::quantize_int8_blocks(xg + b * d, e - b, d, d, kFastActBlock, q_in + b * d, d, s_in + b * bd, bd);
+    });
+  }
+  std::vector<Int8Call> int8_calls;
+
   // ---- w1 / w3 of every active expert and of the shared expert in one parallel region ----
   float* g = ws.f(kWsExpertG, (P + N) * std::max(I, Is));
   float* u = ws.f(kWsExpertU, (P + N) * std::max(I, Is));
@@ -81,11 +129,19 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = start[e + 1] - start[e];
     if (n == 0) continue;
+    if (fast && w.experts[e].int8()) {
+      const int8_t* q = q_in + start[e] * d;
+      const float* xs = s_in + start[e] * bd;
+      int8_calls.push_back({&w.experts[e].w1_int8, q, d, xs, bd, n, g + start[e] * I, I});
+      int8_calls.push_back({&w.experts[e].w3_int8, q, d, xs, bd, n, u + start[e] * I, I});
+      continue;
+    }
     calls.push_back({&w.experts[e].w1, xg + start[e] * d, n, d, g + start[e] * I, I});
     calls.push_back({&w.experts[e].w3, xg + start[e] * d, n, d, u + start[e] * I, I});
   }
   calls.push_back({&w.shared.w1, x_in, N, d, sg, Is});
   calls.push_back({&w.shared.w3, x_in, N, d, su, Is});
+  run_int8(int8_calls, ctx.pool);
   kernels::linear_forward_many(calls, ctx.pool);
 
   // ---- clamped SwiGLU, route weight applied before the down projection ----
@@ -101,6 +157,9 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
       kernels::swiglu(gj, uj, width, s.swiglu_limit, shared ? 1.0f : pair_weight[j], hj);
       num.bf16(hj, width);
       num.act_quant(hj, width);
+      if (fast && !shared) {
+        kernels::quantize_int8_blocks(hj, 1, I, I, kFastActBlock, q_h + j * I, I, s_h + j * bi, bi);
+      }
     }
   });
 
@@ -108,12 +167,19 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   float* og = ws.f(kWsExpertOut, (P + N) * d);
   float* so = og + P * d;
   calls.clear();
+  int8_calls.clear();
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = start[e + 1] - start[e];
     if (n == 0) continue;
+    if (fast && w.experts[e].int8()) {
+      int8_calls.push_back(
+          {&w.experts[e].w2_int8, q_h + start[e] * I, I, s_h + start[e] * bi, bi, n, og + start[e] * d, d});
+      continue;
+    }
     calls.push_back({&w.experts[e].w2, h + start[e] * I, n, I, og + start[e] * d, d});
   }
   calls.push_back({&w.shared.w2, sh, N, Is, so, d});
+  run_int8(int8_calls, ctx.pool);
   kernels::linear_forward_many(calls, ctx.pool);
 
   // ---- per row: routed outputs in ascending expert id (ties by slot), then the shared expert ----

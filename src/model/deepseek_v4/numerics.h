@@ -3,6 +3,10 @@
 //               that belong to the model (QAT) are applied. The default, and what tight tests compare.
 //   kReference: additionally the official code's FP8 activation quantization (block 128) in front of
 //               every FP8/FP4-weight product and its bf16 storage points. Comparable statistically only.
+//   kFast:      serving numerics: the routed experts' FP4 products take activations quantized to int8
+//               per block of 128 and run as exact integer dots (kernels/cpu/linear_int8.h); on a CPU
+//               with AVX-512 BF16 the BF16 output head takes bf16-rounded activations (vdpbf16ps,
+//               kernels/cpu/linear_bf16dot.h); everything else as kExact. Row-local, so chunk and batch invariance hold as in kExact.
 // kv_qdq = false switches the KV / indexer QDQ off (diagnostic; deep configs amplify tiny differences
 // through the FP8/FP4 rounding, so tight cross-implementation checks turn it off on both sides).
 #pragma once
@@ -15,13 +19,17 @@
 
 namespace dsinfer::model::deepseek_v4 {
 
-enum class NumericsMode : uint8_t { kExact, kReference };
+enum class NumericsMode : uint8_t { kExact, kReference, kFast };
+
+// Activation block of the int8 quantization in kFast (the official FP8 activation block, §2.10).
+inline constexpr int64_t kFastActBlock = 128;
 
 struct Numerics {
   NumericsMode mode = NumericsMode::kExact;
   bool kv_qdq = true;
 
   bool reference() const { return mode == NumericsMode::kReference; }
+  bool fast() const { return mode == NumericsMode::kFast; }
 
   // bf16 rounding where the official code stores bf16 (reference mode only).
   void bf16(float* x, int64_t n) const {
@@ -33,10 +41,10 @@ struct Numerics {
     if (reference()) kernels::fp8_block_qdq(x, n, 128);
   }
   std::string describe() const {
-    return std::string(reference() ? "reference" : "exact") + (kv_qdq ? "" : " (KV/indexer QDQ off)");
+    return std::string(reference() ? "reference" : fast() ? "fast" : "exact") + (kv_qdq ? "" : " (KV/indexer QDQ off)");
   }
 };
 
-NumericsMode parse_numerics_mode(const std::string& name);  // "exact" | "reference"
+NumericsMode parse_numerics_mode(const std::string& name);  // "exact" | "reference" | "fast"
 
 }  // namespace dsinfer::model::deepseek_v4

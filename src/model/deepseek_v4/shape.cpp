@@ -10,7 +10,8 @@ namespace dsinfer::model::deepseek_v4 {
 NumericsMode parse_numerics_mode(const std::string& name) {
   if (name == "exact" || name == "plain") return NumericsMode::kExact;
   if (name == "reference") return NumericsMode::kReference;
-  core::fail("numerics must be 'exact' or 'reference', got '", name, "'");
+  if (name == "fast") return NumericsMode::kFast;
+  core::fail("numerics must be 'exact', 'reference' or 'fast', got '", name, "'");
 }
 
 ModelShape ModelShape::build(const ModelConfig& c, const Numerics& numerics, int64_t max_draft) {

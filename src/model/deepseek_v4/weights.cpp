@@ -2,6 +2,7 @@
 
 #include "core/dtypes.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace dsinfer::model::deepseek_v4 {
 namespace {
@@ -15,7 +16,12 @@ class Loader {
   kernels::Linear linear(const std::string& prefix, int64_t rows, int64_t cols) const {
     kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
     if (v.name.empty()) v.name = prefix;  // so the kernels' own checks name the tensor
-    return kernels::Linear(v);
+    kernels::Linear l(v);
+    // The Linear holds its own repacked copy: the mapped bytes leave memory now, so that no weight is
+    // resident twice, not even during the load (the peak would be the checkpoint plus its copy).
+    ckpt_.release(ckpt_.get(prefix + ".weight"));
+    if (const TensorView* scale = ckpt_.find(prefix + ".scale")) ckpt_.release(*scale);
+    return l;
   }
 
   // A BF16 or F32 vector of exactly n elements, as fp32.
@@ -45,6 +51,7 @@ class Loader {
     v.data = fn.data;
     v.name = stem + "_fn";
     w.fn = kernels::Linear(v);
+    ckpt_.release(fn);
     w.base = vec(stem + "_base", mixes);
     w.scale = vec(stem + "_scale", scales);
     return w;
@@ -63,8 +70,37 @@ class Loader {
     return c;
   }
 
-  ExpertWeights expert(const std::string& prefix, int64_t inter) const {
+  // --numerics fast: an FP4 weight repacked for the int8 products; the mapped bytes leave memory as in
+  // linear().
+  kernels::Fp4Int8Linear int8_linear(const std::string& prefix, int64_t rows, int64_t cols) const {
+    kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
+    if (v.name.empty()) v.name = prefix;
+    kernels::Fp4Int8Linear l(v);
+    ckpt_.release(ckpt_.get(prefix + ".weight"));
+    if (const TensorView* scale = ckpt_.find(prefix + ".scale")) ckpt_.release(*scale);
+    return l;
+  }
+
+  // --numerics fast: a BF16 weight repacked for bf16 dot products (linear_bf16dot.h).
+  kernels::Bf16DotLinear bf16dot_linear(const std::string& prefix, int64_t rows, int64_t cols) const {
+    kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
+    if (v.name.empty()) v.name = prefix;
+    kernels::Bf16DotLinear l(v);
+    ckpt_.release(ckpt_.get(prefix + ".weight"));
+    return l;
+  }
+
+  ExpertWeights expert(const std::string& prefix, int64_t inter, bool routed) const {
     ExpertWeights e;
+    if (routed && s_.numerics.fast() &&
+        ckpt_.linear(prefix + "w1", inter, s_.dim).format == kernels::WeightFormat::kFP4 &&
+        ckpt_.linear(prefix + "w2", s_.dim, inter).format == kernels::WeightFormat::kFP4 &&
+        ckpt_.linear(prefix + "w3", inter, s_.dim).format == kernels::WeightFormat::kFP4) {
+      e.w1_int8 = int8_linear(prefix + "w1", inter, s_.dim);
+      e.w2_int8 = int8_linear(prefix + "w2", s_.dim, inter);
+      e.w3_int8 = int8_linear(prefix + "w3", inter, s_.dim);
+      return e;
+    }
     e.w1 = linear(prefix + "w1", inter, s_.dim);
     e.w2 = linear(prefix + "w2", s_.dim, inter);
     e.w3 = linear(prefix + "w3", inter, s_.dim);
@@ -117,9 +153,14 @@ class Loader {
     } else {
       m.bias = vec(f + "gate.bias", s_.experts);
     }
-    m.experts.reserve(s_.experts);
-    for (int64_t e = 0; e < s_.experts; ++e) m.experts.push_back(expert(core::str_cat(f, "experts.", e, "."), s_.inter));
-    m.shared = expert(f + "shared_experts.", s_.shared_inter);
+    // The routed experts are most of the checkpoint and each is too small for Linear to split its own
+    // packing: pack them side by side on the pool (a weight's packed bytes do not depend on who packs
+    // it; an invalid weight still fails naming itself, rethrown by run()).
+    m.experts.resize(s_.experts);
+    core::ThreadPool::global().run(s_.experts, [&](int64_t e, int) {
+      m.experts[e] = expert(core::str_cat(f, "experts.", e, "."), s_.inter, true);
+    });
+    m.shared = expert(f + "shared_experts.", s_.shared_inter, false);
     return b;
   }
 
@@ -136,7 +177,12 @@ ModelWeights ModelWeights::load(const Checkpoint& ckpt, const ModelShape& s,
   ModelWeights w;
   const TensorView& embed = ckpt.get("embed.weight", DType::kBF16, {s.vocab, s.dim});
   w.embed = embed.as<uint16_t>();
-  w.head = ld.linear("head", s.vocab, s.dim);
+  if (s.numerics.fast() && kernels::bf16dot_hardware() &&
+      ckpt.linear("head", s.vocab, s.dim).format == kernels::WeightFormat::kBF16) {
+    w.head_bf16 = ld.bf16dot_linear("head", s.vocab, s.dim);
+  } else {
+    w.head = ld.linear("head", s.vocab, s.dim);
+  }
   w.norm = ld.vec("norm.weight", s.dim);
   w.hc_head = ld.hc("hc_head", s.hc, 1);
   const int64_t total = s.n_layers + (s.has_mtp ? 1 : 0);
@@ -157,6 +203,9 @@ ModelWeights ModelWeights::load(const Checkpoint& ckpt, const ModelShape& s,
     w.mtp = std::move(m);
     if (on_layer) on_layer(total, total);
   }
+  // What remains mapped and resident (small vectors, routing tables, headers) was copied too; only the
+  // embedding table is read in place.
+  ckpt.release_all_except(&embed);
   return w;
 }
 

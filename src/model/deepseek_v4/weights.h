@@ -1,7 +1,9 @@
 // The weights of a DeepSeek-V4 checkpoint as the forward pass uses them: products as kernels::Linear
 // (FP8 / FP4 / BF16 / F32, decoded exactly; Linear keeps its own repacked copy), small parameters
 // (norms, mHC, sinks, ape, router bias) converted to fp32 vectors, the hash-routing table to int32. The
-// embedding table is read in place from the checkpoint's mapped file, which the model keeps open.
+// embedding table is read in place from the checkpoint's mapped file, which the model keeps open; every
+// other mapped page is released from memory once copied (Checkpoint::release), so the resident size
+// is the repacked weights plus the embedding rows in use, never a weight twice.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,8 @@
 #include <vector>
 
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_bf16dot.h"
+#include "kernels/cpu/linear_int8.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/shape.h"
 
@@ -43,6 +47,10 @@ struct AttentionWeights {
 
 struct ExpertWeights {
   kernels::Linear w1, w2, w3;
+  // --numerics fast, routed FP4 experts: the int8 products instead (w1..w3 then stay empty, so no
+  // weight is held twice).
+  kernels::Fp4Int8Linear w1_int8, w2_int8, w3_int8;
+  bool int8() const { return !w1_int8.empty(); }
 };
 
 struct MoeWeights {
@@ -70,6 +78,8 @@ struct MtpWeights {
 struct ModelWeights {
   const uint16_t* embed = nullptr;  // [vocab][d] bf16, in the mapped checkpoint
   kernels::Linear head;             // [vocab, d] BF16, fp32 logits
+  // --numerics fast on a CPU with AVX-512 BF16: the head as bf16 dot products instead (head then empty).
+  kernels::Bf16DotLinear head_bf16;
   std::vector<float> norm;
   HcWeights hc_head;
   std::vector<BlockWeights> layers;

@@ -58,6 +58,13 @@ TEST(V4Load, NanWeightCodeNamesTheTensor) {
   EXPECT_NE(msg.find("layers.2.attn.wq_a"), std::string::npos) << msg;
 }
 
+// The routed experts are packed in parallel: an invalid one still fails the load naming itself.
+TEST(V4Load, InvalidExpertScaleNamesTheExpert) {
+  const std::string msg = load_error(corrupted_copy("expert_scale", "layers.1.ffn.experts.5.w2.scale", 3, {0xFF}));
+  EXPECT_NE(msg.find("layers.1.ffn.experts.5.w2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("0xFF"), std::string::npos) << msg;
+}
+
 TEST(V4Load, MissingTensorIsReported) {
   // A config with one more layer than the checkpoint holds.
   const std::string src = testing::make_test_model("tiny512", testing::tiny_config());

@@ -1,0 +1,225 @@
+// Bf16DotLinear: packing (panels of 16 rows, per k-pair 16 u32 lanes: bf16(W[r][2kp]) | bf16(W[r][2kp+1])
+// << 16), the oracle, and the per-target kernel (vdpbf16ps where the CPU has AVX-512 BF16).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/dtypes.h"
+#include "core/error.h"
+#include "kernels/cpu/linear_bf16dot.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/linear_bf16dot.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#ifndef DSINFER_BF16DOT_ONCE
+#define DSINFER_BF16DOT_ONCE
+namespace dsinfer::kernels::detail {
+
+struct Bf16DotPacked {
+  int64_t rows = 0, cols = 0, panels = 0, pairs = 0;
+  std::vector<uint32_t> lanes;  // [panels][pairs][16]
+};
+
+bool bf16dot_hw_allowed();
+
+// The instruction's view of a bf16: subnormals are zero.
+inline float bf16_daz(uint16_t b) {
+  return (b & 0x7F80) == 0 ? core::bits_float((b & 0x8000u) << 16) : core::bf16_to_float(b);
+}
+inline float ftz(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
+inline uint32_t bf16_pair(float lo, float hi) {
+  return core::float_to_bf16(lo) | (uint32_t{core::float_to_bf16(hi)} << 16);
+}
+
+// One output over the pair lanes of its row (stride between pairs) and x's pairs.
+inline float bf16dot_scalar(const uint32_t* w, int64_t stride, const uint32_t* xp, int64_t pairs) {
+  float acc = 0.0f;
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    const uint32_t a = w[kp * stride], b = xp[kp];
+    acc = ftz(acc + bf16_daz(static_cast<uint16_t>(a >> 16)) * bf16_daz(static_cast<uint16_t>(b >> 16)));
+    acc = ftz(acc + bf16_daz(static_cast<uint16_t>(a)) * bf16_daz(static_cast<uint16_t>(b)));
+  }
+  return acc;
+}
+
+}  // namespace dsinfer::kernels::detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace dsinfer::kernels::detail {
+namespace HWY_NAMESPACE {
+
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+// NP panels × MR rows of x: NP·MR independent accumulators hide the latency of the chained vdpbf16ps
+// and each weight load serves MR rows. Every output is still its own chain over kp ascending.
+template <int NP, int MR>
+__attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void TileHw(const uint32_t* panel0, int64_t panel_stride,
+                                                                int64_t pairs, const uint32_t* xp0, int64_t x_stride,
+                                                                float* out /* [MR][NP][16] */) {
+  __m512 acc[MR][NP];
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t kp = 0; kp < pairs; ++kp) {
+    __m512i w[NP];
+    for (int p = 0; p < NP; ++p) w[p] = _mm512_loadu_si512(panel0 + p * panel_stride + kp * 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_set1_epi32(static_cast<int>(xp0[r * x_stride + kp]));
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)w[p], (__m512bh)a);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * 16, acc[r][p]);
+}
+#endif
+
+// Stores rows of panel p from a [16] block of outputs.
+HWY_INLINE void StorePanel(const Bf16DotPacked& w, int64_t p, const float* out16, float* y_row) {
+  const int64_t r0 = p * 16, count = std::min<int64_t>(16, w.rows - r0);
+  std::memcpy(y_row + r0, out16, count * sizeof(float));
+}
+
+void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, float* y, int64_t ldy, int64_t p_begin,
+                    int64_t p_end) {
+  const int64_t stride = w.pairs * 16;
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+  if (bf16dot_hw_allowed()) {
+    alignas(64) float out[4 * 4 * 16];
+    for (int64_t p = p_begin; p < p_end;) {
+      const int np = p + 4 <= p_end ? 4 : 1;
+      for (int64_t m = 0; m < M;) {
+        const int mr = m + 4 <= M ? 4 : 1;
+        const uint32_t* panel = w.lanes.data() + p * stride;
+        const uint32_t* xp = xpairs + m * w.pairs;
+        if (np == 4 && mr == 4) TileHw<4, 4>(panel, stride, w.pairs, xp, w.pairs, out);
+        else if (np == 4) TileHw<4, 1>(panel, stride, w.pairs, xp, w.pairs, out);
+        else if (mr == 4) TileHw<1, 4>(panel, stride, w.pairs, xp, w.pairs, out);
+        else TileHw<1, 1>(panel, stride, w.pairs, xp, w.pairs, out);
+        for (int r = 0; r < mr; ++r)
+          for (int q = 0; q < np; ++q) StorePanel(w, p + q, out + (r * np + q) * 16, y + (m + r) * ldy);
+        m += mr;
+      }
+      p += np;
+    }
+    return;
+  }
+#endif
+  float out[16];
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint32_t* panel = w.lanes.data() + p * stride;
+    const int64_t count = std::min<int64_t>(16, w.rows - p * 16);
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, 16, xpairs + m * w.pairs, w.pairs);
+      StorePanel(w, p, out, y + m * ldy);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dsinfer::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <atomic>
+
+namespace dsinfer::kernels {
+
+namespace detail {
+namespace {
+std::atomic<bool> g_hw_allowed{true};
+}
+bool bf16dot_hw_allowed() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool cpu = __builtin_cpu_supports("avx512bf16");
+  return cpu && g_hw_allowed.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+void set_bf16dot_hw_allowed(bool allowed) { g_hw_allowed.store(allowed, std::memory_order_relaxed); }
+HWY_EXPORT(Bf16DotForward);
+}  // namespace detail
+
+struct Bf16DotLinear::Packed : detail::Bf16DotPacked {};
+
+bool bf16dot_hardware() { return detail::bf16dot_hw_allowed(); }
+
+namespace {
+std::vector<uint32_t> x_pairs(const float* x, int64_t M, int64_t ldx, int64_t cols, int64_t pairs) {
+  std::vector<uint32_t> out(M * pairs);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t kp = 0; kp < pairs; ++kp) {
+      const float lo = x[m * ldx + 2 * kp], hi = 2 * kp + 1 < cols ? x[m * ldx + 2 * kp + 1] : 0.0f;
+      out[m * pairs + kp] = detail::bf16_pair(lo, hi);
+    }
+  return out;
+}
+uint16_t weight_bits(const WeightView& w, int64_t r, int64_t c) {
+  return c < w.cols ? static_cast<const uint16_t*>(w.data)[r * w.cols + c] : uint16_t{0};
+}
+void check(const WeightView& w) {
+  DSINFER_CHECK(w.format == WeightFormat::kBF16 && w.rows > 0 && w.cols > 0, "bf16 dot linear ", w.name,
+                ": needs a non-empty BF16 weight, not ", weight_format_name(w.format));
+}
+}  // namespace
+
+Bf16DotLinear::Bf16DotLinear() = default;
+Bf16DotLinear::~Bf16DotLinear() = default;
+Bf16DotLinear::Bf16DotLinear(Bf16DotLinear&&) noexcept = default;
+Bf16DotLinear& Bf16DotLinear::operator=(Bf16DotLinear&&) noexcept = default;
+
+Bf16DotLinear::Bf16DotLinear(const WeightView& w) {
+  check(w);
+  auto p = std::make_unique<Packed>();
+  p->rows = w.rows;
+  p->cols = w.cols;
+  p->panels = (w.rows + 15) / 16;
+  p->pairs = (w.cols + 1) / 2;
+  p->lanes.assign(p->panels * p->pairs * 16, 0);
+  for (int64_t r = 0; r < w.rows; ++r)
+    for (int64_t kp = 0; kp < p->pairs; ++kp)
+      p->lanes[((r / 16) * p->pairs + kp) * 16 + r % 16] =
+          weight_bits(w, r, 2 * kp) | (uint32_t{weight_bits(w, r, 2 * kp + 1)} << 16);
+  packed_ = std::move(p);
+}
+
+int64_t Bf16DotLinear::rows() const { return packed_ ? packed_->rows : 0; }
+int64_t Bf16DotLinear::cols() const { return packed_ ? packed_->cols : 0; }
+
+void Bf16DotLinear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
+                            core::ThreadPool* pool) const {
+  DSINFER_CHECK(packed_ != nullptr, "bf16 dot linear: forward on an empty weight");
+  if (M <= 0) return;
+  const auto xp = x_pairs(x, M, ldx, packed_->cols, packed_->pairs);
+  auto run = [&](int64_t pb, int64_t pe) {
+    HWY_DYNAMIC_DISPATCH(detail::Bf16DotForward)(*packed_, xp.data(), M, y, ldy, pb, pe);
+  };
+  if (pool == nullptr || pool->size() == 1) {
+    run(0, packed_->panels);
+    return;
+  }
+  pool->parallel_for(packed_->panels, 4, run);
+}
+
+void bf16dot_reference(const WeightView& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
+  check(w);
+  const int64_t pairs = (w.cols + 1) / 2;
+  const auto xp = x_pairs(x, M, ldx, w.cols, pairs);
+  std::vector<uint32_t> row(pairs);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    for (int64_t kp = 0; kp < pairs; ++kp)
+      row[kp] = weight_bits(w, n, 2 * kp) | (uint32_t{weight_bits(w, n, 2 * kp + 1)} << 16);
+    for (int64_t m = 0; m < M; ++m)
+      y[m * ldy + n] = detail::bf16dot_scalar(row.data(), 1, xp.data() + m * pairs, pairs);
+  }
+}
+
+}  // namespace dsinfer::kernels
+#endif  // HWY_ONCE

@@ -1,0 +1,39 @@
+// Internal to Fp4Int8Linear: the repacked layout shared by linear_int8.cpp (packing, threading) and
+// linear_int8_simd.cpp (the per-target kernels).
+//
+// Rows in panels of 16; per panel and k-octet (8 columns) 64 bytes, byte 4r + j holding the E2M1 code
+// of (row r, k 8o + j) in its low nibble and of (row r, k 8o + 4 + j) in its high nibble. A vector of
+// L int32 lanes (L = 4, 8, 16) loaded from byte 4·L·v is rows L·v .. L·v + L - 1 with four consecutive k
+// per lane, the operand layout of vpdpbusd / pmaddubsw + pmaddwd, once a byte shuffle has turned each
+// nibble into 2·e2m1. Per panel and 32-column group: 16 int32 corrections -128 · Σ_k w2[r][k] (the
+// kernels feed q + 128 as the unsigned operand) and 16 f32 half scales ws / 2. Padding rows are zero.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsinfer::kernels::detail {
+
+inline constexpr int64_t kInt8PanelRows = 16;
+inline constexpr int64_t kInt8Group = 32;
+inline constexpr int64_t kInt8OctetBytes = 64;
+
+struct Int8PackedWeight {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t panels = 0;
+  int64_t groups = 0;  // cols / 32
+  std::vector<uint8_t> nibbles;   // [panels][cols / 8][64]
+  std::vector<int32_t> corr;      // [panels][groups][16]
+  std::vector<float> half_scale;  // [panels][groups][16]
+
+  const uint8_t* panel(int64_t p) const { return nibbles.data() + p * (cols / 8) * kInt8OctetBytes; }
+};
+
+// Computes panels [p_begin, p_end) for M rows of quantized x into y (only rows < w.rows are stored),
+// with the best target of this CPU; acc is scratch of M * 16 floats.
+void int8_packed_forward(const Int8PackedWeight& w, const int8_t* q, int64_t ldq, const float* xs, int64_t lds,
+                         int64_t M, int64_t block, float* y, int64_t ldy, int64_t p_begin, int64_t p_end,
+                         float* acc);
+
+}  // namespace dsinfer::kernels::detail

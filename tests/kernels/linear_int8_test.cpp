@@ -1,0 +1,253 @@
+// Fp4Int8Linear (the int8 × FP4 product of --numerics fast): activation quantization with hand-checked
+// values, the oracle's integer arithmetic on a hand-computed case, every compiled SIMD target (and both
+// the VNNI and maddubs paths) bitwise equal to the oracle, batch invariance, the distance to the fp32
+// product bounded by the quantization step, and input validation.
+#include "kernels/cpu/linear_int8.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/targets.h"
+
+namespace dsinfer::kernels {
+namespace {
+
+struct Fp4Weight {
+  WeightView view;
+  std::vector<uint8_t> data;
+  std::vector<uint8_t> scales;
+};
+
+// Random codes over all 16 E2M1 codes; E8M0 scales over several binades, or non-power-of-two f32 scales.
+Fp4Weight make_fp4(int64_t rows, int64_t cols, uint32_t seed, bool scales_f32) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255), exponent(118, 130);
+  Fp4Weight t;
+  t.view.format = WeightFormat::kFP4;
+  t.view.rows = rows;
+  t.view.cols = cols;
+  t.view.scales_f32 = scales_f32;
+  t.view.name = "test";
+  t.data.resize(rows * cols / 2);
+  for (auto& c : t.data) c = static_cast<uint8_t>(byte(rng));
+  const int64_t count = rows * (cols / 32);
+  if (scales_f32) {
+    t.scales.resize(count * 4);
+    for (int64_t i = 0; i < count; ++i) {
+      const float s = std::ldexp(1.0f + 0.37f * static_cast<float>(i % 7), exponent(rng) - 127);
+      std::memcpy(t.scales.data() + i * 4, &s, 4);
+    }
+  } else {
+    t.scales.resize(count);
+    for (auto& s : t.scales) s = static_cast<uint8_t>(exponent(rng));
+  }
+  t.view.data = t.data.data();
+  t.view.scales = t.scales.data();
+  return t;
+}
+
+std::vector<float> make_x(int64_t M, int64_t ld, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(M * ld);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i % 7) - 3);
+  return x;
+}
+
+struct Quantized {
+  std::vector<int8_t> q;
+  std::vector<float> xs;
+  int64_t ldq = 0, lds = 0;
+};
+
+Quantized quantize(const std::vector<float>& x, int64_t M, int64_t ldx, int64_t K, int64_t block) {
+  Quantized out;
+  out.ldq = K + 3;  // strides that differ from K catch indexing by K
+  out.lds = int8_block_count(K, block) + 1;
+  out.q.assign(M * out.ldq, 0);
+  out.xs.assign(M * out.lds, 0.0f);
+  quantize_int8_blocks(x.data(), M, ldx, K, block, out.q.data(), out.ldq, out.xs.data(), out.lds);
+  return out;
+}
+
+void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], 4) != 0 && ++bad <= 5)
+      ADD_FAILURE() << what << ": [" << i << "] " << a[i] << " vs " << b[i];
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+TEST(QuantizeInt8Blocks, HandCheckedValues) {
+  constexpr int64_t K = 96, block = 32;
+  std::vector<float> x(K, 0.0f);
+  x[0] = 127.0f;   // amax of block 0: scale 1, so q = round_half_even(x)
+  x[1] = -63.5f;   // ties to even: -64
+  x[2] = 0.5f;     // ties to even: 0
+  x[3] = -2.5f;    // ties to even: -2
+  x[4] = 1.25f;    // 1
+  // block 1 stays zero: scale 0, q 0
+  x[64] = std::numeric_limits<float>::infinity();  // block 2: NaN scale
+  x[65] = 3.0f;
+  std::vector<int8_t> q(K, 99);
+  std::vector<float> xs(3, -1.0f);
+  quantize_int8_blocks(x.data(), 1, K, K, block, q.data(), K, xs.data(), 3);
+  EXPECT_EQ(xs[0], 1.0f);
+  EXPECT_EQ(q[0], 127);
+  EXPECT_EQ(q[1], -64);
+  EXPECT_EQ(q[2], 0);
+  EXPECT_EQ(q[3], -2);
+  EXPECT_EQ(q[4], 1);
+  EXPECT_EQ(q[5], 0);
+  EXPECT_EQ(xs[1], 0.0f);
+  for (int64_t k = 32; k < 64; ++k) EXPECT_EQ(q[k], 0) << k;
+  EXPECT_TRUE(std::isnan(xs[2]));
+  EXPECT_EQ(q[65], 0);
+
+  // A last block shorter than `block`, and a negative amax element mapping to -127.
+  std::vector<float> y = {-4.0f, 2.0f, 1.0f};
+  std::vector<int8_t> qy(3);
+  float ys[2] = {0.0f, 0.0f};
+  quantize_int8_blocks(y.data(), 1, 3, 3, 2, qy.data(), 3, ys, 2);
+  EXPECT_EQ(ys[0], 4.0f / 127.0f);
+  EXPECT_EQ(qy[0], -127);
+  EXPECT_EQ(qy[1], 64);  // 2 · 127/4 = 63.5, ties to even
+  EXPECT_EQ(ys[1], 1.0f / 127.0f);
+  EXPECT_EQ(qy[2], 127);
+}
+
+TEST(Fp4Int8Linear, OracleIsTheExactIntegerDot) {
+  // One row of 64 columns: group 0 all code 7 (e2m1 6, w2 12), group 1 all code 0xF (-6, w2 -12) except
+  // its first column code 1 (0.5, w2 1). Scales 2^0 and 2^1. q = 127 everywhere, xs = 0.25 and 1.
+  std::vector<uint8_t> data(32), scales = {127, 128};
+  for (int i = 0; i < 16; ++i) data[i] = 0x77;
+  for (int i = 16; i < 32; ++i) data[i] = 0xFF;
+  data[16] = 0xF1;
+  WeightView w{WeightFormat::kFP4, 1, 64, data.data(), scales.data(), false, "hand"};
+  std::vector<int8_t> q(64, 127);
+  const float xs[2] = {0.25f, 1.0f};
+  float y = 0.0f;
+  fp4_int8_reference(w, q.data(), 64, xs, 2, 1, 32, &y, 1);
+  // group 0: 127·12·32 = 48768, × 0.25 × 2^0/2 = 6096; group 1: 127·(1 - 12·31) = -47117, × 1 × 2^1/2.
+  EXPECT_EQ(y, 6096.0f - 47117.0f);
+
+  Fp4Int8Linear lin(w);
+  for (const SimdTarget& target : available_targets()) {
+    ScopedTarget scope(target);
+    float z = 0.0f;
+    lin.forward_quantized(q.data(), 64, xs, 2, 1, 32, &z, 1, nullptr);
+    EXPECT_EQ(z, y) << target.name;
+  }
+}
+
+TEST(Fp4Int8Linear, EveryTargetAndDotPathEqualsTheOracleBitwise) {
+  core::ThreadPool pool(3);
+  int64_t checked = 0;
+  for (const bool scales_f32 : {false, true}) {
+    for (const int64_t block : {int64_t{32}, int64_t{128}}) {
+      constexpr int64_t rows = 37, cols = 288;  // a partial panel; 288 is not a multiple of 128
+      const Fp4Weight w = make_fp4(rows, cols, 11u + static_cast<uint32_t>(block) + (scales_f32 ? 1u : 0u), scales_f32);
+      const Fp4Int8Linear lin(w.view);
+      for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}}) {
+        const int64_t ldx = cols + 5;
+        std::vector<float> x = make_x(M, ldx, static_cast<uint32_t>(M * 7 + block));
+        if (M > 2) std::fill(x.begin() + ldx, x.begin() + 2 * ldx, 0.0f);  // an all-zero row
+        const Quantized qx = quantize(x, M, ldx, cols, block);
+        const int64_t ldy = rows + 2;
+        std::vector<float> want(M * ldy, 0.0f);
+        fp4_int8_reference(w.view, qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, want.data(), ldy);
+        for (const SimdTarget& target : available_targets()) {
+          ScopedTarget scope(target);
+          for (const bool vnni : {true, false}) {
+            detail::set_int8_vnni_allowed(vnni);
+            for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
+              std::vector<float> got(M * ldy, 0.0f);
+              lin.forward_quantized(qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, got.data(), ldy, p);
+              expect_bitwise_equal(got, want,
+                                   target.name + (vnni ? " vnni" : " maddubs") + " M=" + std::to_string(M) +
+                                       " block=" + std::to_string(block) + (scales_f32 ? " f32 scales" : "") +
+                                       (p ? " pool" : ""));
+              ++checked;
+            }
+          }
+          detail::set_int8_vnni_allowed(true);
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(Fp4Int8Linear, BatchInvariantBitForBit) {
+  constexpr int64_t rows = 50, cols = 256, M = 13, block = 128;
+  const Fp4Weight w = make_fp4(rows, cols, 5u, false);
+  const Fp4Int8Linear lin(w.view);
+  const std::vector<float> x = make_x(M, cols, 77u);
+  core::ThreadPool pool(4);
+  std::vector<float> all(M * rows);
+  lin.forward(x.data(), M, cols, block, all.data(), rows, &pool);
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<float> one(rows);
+    lin.forward(x.data() + m * cols, 1, cols, block, one.data(), rows, nullptr);
+    expect_bitwise_equal(one, std::vector<float>(all.begin() + m * rows, all.begin() + (m + 1) * rows),
+                         "row " + std::to_string(m));
+  }
+}
+
+// Against the fp32 product: each activation is off by at most half a quantization step (xs / 2, plus
+// the one rounding of x · 127/amax, < 2^-16 of a step), so |y_int8 - y_f32| <= Σ_k |W[n][k]| · xs · 0.50002
+// plus the fp32 rounding of both sums (K·2^-24 of their magnitudes each, with margin).
+TEST(Fp4Int8Linear, WithinHalfAQuantizationStepOfTheFp32Product) {
+  constexpr int64_t rows = 40, cols = 512, M = 3, block = 128;
+  const Fp4Weight w = make_fp4(rows, cols, 9u, false);
+  const Fp4Int8Linear lin(w.view);
+  const std::vector<float> x = make_x(M, cols, 3u);
+  const Quantized qx = quantize(x, M, cols, cols, block);
+  std::vector<float> fast(M * rows), exact(M * rows);
+  lin.forward(x.data(), M, cols, block, fast.data(), rows, nullptr);
+  linear_reference(w.view, x.data(), M, cols, exact.data(), rows);
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < rows; ++n) {
+      double step_bound = 0.0, mag = 0.0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const double wk = std::fabs(static_cast<double>(weight_at(w.view, n, k)));
+        step_bound += wk * static_cast<double>(qx.xs[m * qx.lds + k / block]) * 0.50002;
+        const double step = static_cast<double>(qx.xs[m * qx.lds + k / block]);
+        mag += wk * (std::fabs(static_cast<double>(x[m * cols + k])) + step);
+      }
+      const double bound = step_bound + 4.0 * static_cast<double>(cols) * u * mag;
+      EXPECT_LE(std::fabs(static_cast<double>(fast[m * rows + n]) - exact[m * rows + n]), bound) << m << ", " << n;
+    }
+  }
+}
+
+TEST(Fp4Int8Linear, RejectsBadInput) {
+  Fp4Weight w = make_fp4(16, 64, 1u, false);
+  WeightView bf = w.view;
+  bf.format = WeightFormat::kBF16;
+  EXPECT_THROW(Fp4Int8Linear{bf}, core::Error);
+  WeightView narrow = w.view;
+  narrow.cols = 48;
+  EXPECT_THROW(Fp4Int8Linear{narrow}, core::Error);
+  w.scales[5] = 0xFF;
+  EXPECT_THROW(Fp4Int8Linear{w.view}, core::Error);
+  w.scales[5] = 127;
+  const Fp4Int8Linear lin(w.view);
+  std::vector<float> x(64, 1.0f), y(16);
+  EXPECT_THROW(lin.forward(x.data(), 1, 64, 48, y.data(), 16, nullptr), core::Error);
+  EXPECT_THROW(lin.forward(x.data(), 1, 64, 0, y.data(), 16, nullptr), core::Error);
+}
+
+}  // namespace
+}  // namespace dsinfer::kernels

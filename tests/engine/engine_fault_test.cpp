@@ -248,11 +248,14 @@ TEST(EngineShutdown, FromACallbackThenDestroyedElsewhere) {
     bool shut = false, destroyed = false, destroyed_seen_in_callback = false;
     std::atomic<int> finals{0};
     std::atomic<bool> first{true};
+    std::atomic<bool> all_submitted{false};
     constexpr int kRequests = 6;
     for (int i = 0; i < kRequests; ++i) {
-      engine->submit(fixed_length_greedy({3, 4, 5}, 4000), [&](const TokenEvent& ev) {
+      const SubmitResult r = engine->submit(fixed_length_greedy({3, 4, 5}, 4000), [&](const TokenEvent& ev) {
         if (ev.finish != FinishReason::kNone) ++finals;
-        if (!first.exchange(false)) return;
+        // Only once every request is in: a submission after shutdown() is refused and gets no events
+        // (a loaded machine ran request 0's first token before the loop below had submitted the rest).
+        if (!all_submitted.load() || !first.exchange(false)) return;
         e->shutdown(false);  // returns at once: the loop is running this callback
         std::unique_lock<std::mutex> lock(mu);
         shut = true;
@@ -261,7 +264,9 @@ TEST(EngineShutdown, FromACallbackThenDestroyedElsewhere) {
         cv.wait_for(lock, std::chrono::milliseconds(300), [&] { return destroyed; });
         destroyed_seen_in_callback = destroyed;
       });
+      EXPECT_EQ(r.status, SubmitStatus::kAccepted);
     }
+    all_submitted = true;
     {
       std::unique_lock<std::mutex> lock(mu);
       ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return shut; }));

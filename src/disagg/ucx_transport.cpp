@@ -1,0 +1,431 @@
+#include "disagg/ucx_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dsinfer::disagg {
+namespace {
+
+[[noreturn]] void fail_ucx(const std::string& what, ucs_status_t status) {
+  core::fail_internal("UCX: ", what, ": ", ucs_status_string(status));
+}
+
+sockaddr_in parse_address(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  DSINFER_CHECK(colon != std::string::npos, "peer address \"", host_port, "\" is not host:port");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  const std::string host = host_port.substr(0, colon);
+  DSINFER_CHECK(inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(), &sa.sin_addr) == 1,
+                "peer address \"", host_port, "\": not an IPv4 address");
+  const long port = std::strtol(host_port.c_str() + colon + 1, nullptr, 10);
+  DSINFER_CHECK(port > 0 && port < 65536, "peer address \"", host_port, "\": bad port");
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  return sa;
+}
+
+void put_u64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+uint64_t get_u64(std::span<const uint8_t> in, size_t& pos) {
+  DSINFER_CHECK(pos + 8 <= in.size(), "RMA descriptor truncated");
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(in[pos + i]) << (8 * i);
+  pos += 8;
+  return v;
+}
+
+}  // namespace
+
+struct Transport::Impl {
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    bool failed = false;
+    ucs_status_t failure = UCS_OK;
+  };
+
+  TransportOptions options;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_listener_h listener = nullptr;
+  std::string address;
+  std::map<std::string, std::unique_ptr<Peer>> peers;  // client endpoints, by the peer's address
+  std::vector<ucp_ep_h> accepted;  // server endpoints of peers that connected to us (kept open, unused for sends)
+
+  static void on_connection(ucp_conn_request_h request, void* arg) {
+    auto* self = static_cast<Impl*>(arg);
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.conn_request = request;
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};  // its peer left; its requests fail on their own
+    p.err_handler.arg = nullptr;
+    ucp_ep_h ep = nullptr;
+    if (ucp_ep_create(self->worker, &p, &ep) == UCS_OK) self->accepted.push_back(ep);
+  }
+
+  static void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* peer = static_cast<Peer*>(arg);
+    peer->failed = true;
+    peer->failure = status;
+  }
+
+  Peer& peer(const std::string& peer_address) {
+    auto it = peers.find(peer_address);
+    if (it != peers.end() && !it->second->failed) return *it->second;
+    if (it != peers.end()) drop(it->first);
+    const sockaddr_in sa = parse_address(peer_address);
+    auto p = std::make_unique<Peer>();
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
+    ep.sockaddr.addrlen = sizeof(sa);
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &Impl::on_peer_error;
+    ep.err_handler.arg = p.get();
+    const ucs_status_t st = ucp_ep_create(worker, &ep, &p->ep);
+    if (st != UCS_OK) fail_ucx("connect to " + peer_address, st);
+    return *peers.emplace(peer_address, std::move(p)).first->second;
+  }
+
+  // Closes and forgets a client endpoint; outstanding operations on it complete with an error.
+  void drop(const std::string& peer_address) {
+    auto it = peers.find(peer_address);
+    if (it == peers.end()) return;
+    close_ep(it->second->ep);
+    peers.erase(it);
+  }
+
+  void close_ep(ucp_ep_h ep) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep, &p);
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) return;
+    // A forced close completes locally; bound it anyway.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
+      ucp_worker_progress(worker);
+    }
+    if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
+  }
+
+  // Waits for a non-blocking operation. On the deadline a receive is cancelled; a send or get is failed
+  // by closing its endpoint (UCX cannot cancel those), which is why the caller passes the peer.
+  ucs_status_t wait(void* req, Deadline deadline, const std::string* peer_address) {
+    if (req == nullptr) return UCS_OK;
+    if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        if (peer_address) {
+          drop(*peer_address);
+        } else {
+          ucp_request_cancel(worker, req);
+        }
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
+          ucp_worker_progress(worker);
+        }
+        if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
+        return UCS_ERR_TIMED_OUT;
+      }
+      ucp_worker_progress(worker);
+    }
+    ucp_request_free(req);
+    return st;
+  }
+};
+
+Transport::Transport(TransportOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.options = std::move(options);
+  DSINFER_CHECK(m.options.chunk_bytes >= 1, "KV handoff chunk size must be positive");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA;
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) fail_ucx("read configuration", st);
+  st = ucp_init(&params, config, &m.context);
+  ucp_config_release(config);
+  if (st != UCS_OK) fail_ucx("init (check UCX_TLS)", st);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  st = ucp_worker_create(m.context, &wp, &m.worker);
+  if (st != UCS_OK) {
+    ucp_cleanup(m.context);
+    fail_ucx("create worker", st);
+  }
+  sockaddr_in sa = parse_address(m.options.listen_host + ":1");
+  sa.sin_port = htons(m.options.listen_port);
+  ucp_listener_params_t lp{};
+  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
+  lp.sockaddr.addrlen = sizeof(sa);
+  lp.conn_handler.cb = &Impl::on_connection;
+  lp.conn_handler.arg = &m;
+  st = ucp_listener_create(m.worker, &lp, &m.listener);
+  if (st != UCS_OK) {
+    ucp_worker_destroy(m.worker);
+    ucp_cleanup(m.context);
+    fail_ucx("listen on " + m.options.listen_host + ":" + std::to_string(m.options.listen_port), st);
+  }
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  st = ucp_listener_query(m.listener, &attr);
+  if (st != UCS_OK) fail_ucx("query listener", st);
+  const auto* bound = reinterpret_cast<const sockaddr_in*>(&attr.sockaddr);
+  m.address = m.options.listen_host + ":" + std::to_string(ntohs(bound->sin_port));
+}
+
+Transport::~Transport() {
+  Impl& m = *impl_;
+  for (auto& [id, e] : exposed_) ucp_mem_unmap(m.context, static_cast<ucp_mem_h>(e.first));
+  while (!m.peers.empty()) m.drop(m.peers.begin()->first);
+  for (ucp_ep_h ep : m.accepted) m.close_ep(ep);
+  if (m.listener) ucp_listener_destroy(m.listener);
+  ucp_worker_destroy(m.worker);
+  ucp_cleanup(m.context);
+}
+
+std::string Transport::address() const { return impl_->address; }
+
+void Transport::progress() { ucp_worker_progress(impl_->worker); }
+
+void Transport::send(const std::string& peer_address, FrameKind kind, uint64_t transfer,
+                     std::span<const uint8_t> payload, Deadline deadline) {
+  Impl& m = *impl_;
+  Impl::Peer& peer = m.peer(peer_address);
+  const size_t chunk = m.options.chunk_bytes;
+  const size_t count = payload.empty() ? 1 : (payload.size() + chunk - 1) / chunk;
+  DSINFER_CHECK(count <= UINT32_MAX, "KV handoff payload of ", payload.size(), " bytes has too many chunks");
+  const uint64_t tag = frame_tag(kind, transfer);
+  // Every chunk is posted before the first wait, so the chunks stream back to back; each keeps its own header.
+  std::vector<std::array<uint8_t, kFrameHeaderBytes>> headers(count);
+  std::vector<std::array<ucp_dt_iov_t, 2>> iovs(count);
+  std::vector<void*> requests;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t offset = i * chunk;
+    const size_t bytes = std::min(chunk, payload.size() - std::min(offset, payload.size()));
+    FrameHeader h;
+    h.kind = kind;
+    h.transfer = transfer;
+    h.total_bytes = payload.size();
+    h.chunk_index = static_cast<uint32_t>(i);
+    h.chunk_count = static_cast<uint32_t>(count);
+    h.chunk_offset = offset;
+    h.chunk_xxh3 = payload_xxh3(payload.subspan(std::min(offset, payload.size()), bytes));
+    encode_frame_header(h, headers[i].data());
+    if (m.options.before_send_chunk) m.options.before_send_chunk(static_cast<uint32_t>(i));
+    iovs[i][0] = {headers[i].data(), kFrameHeaderBytes};
+    iovs[i][1] = {const_cast<uint8_t*>(payload.data()) + offset, bytes};
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = ucp_dt_make_iov();
+    requests.push_back(ucp_tag_send_nbx(peer.ep, iovs[i].data(), bytes ? 2 : 1, tag, &p));
+  }
+  ucs_status_t first_error = UCS_OK;
+  for (void* req : requests) {
+    // After a failure the endpoint is gone and the remaining requests complete with errors at once.
+    const ucs_status_t st = m.wait(req, deadline, &peer_address);
+    if (st != UCS_OK && first_error == UCS_OK) first_error = st;
+  }
+  if (first_error != UCS_OK) {
+    m.drop(peer_address);
+    fail_ucx("send transfer " + std::to_string(transfer) + " (" + std::to_string(payload.size()) + " bytes) to " +
+                 peer_address,
+             first_error);
+  }
+}
+
+std::vector<uint8_t> Transport::receive(FrameKind kind, uint64_t transfer, Deadline deadline) {
+  Impl& m = *impl_;
+  const uint64_t tag = frame_tag(kind, transfer);
+  std::vector<uint8_t> out;
+  uint64_t total = 0;
+  uint32_t count = 1;
+  for (uint32_t index = 0; index < count; ++index) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = nullptr;
+    while ((msg = ucp_tag_probe_nb(m.worker, tag, ~uint64_t{0}, 1, &info)) == nullptr) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        core::fail_internal("KV handoff: transfer ", transfer, ": chunk ", index, " of ", count,
+                            " did not arrive before the deadline (the sender died or stalled)");
+      }
+      ucp_worker_progress(m.worker);
+    }
+    DSINFER_CHECK(info.length >= kFrameHeaderBytes, "KV handoff: transfer ", transfer, ": a message of ",
+                  info.length, " bytes is shorter than a frame header");
+    const size_t bytes = info.length - kFrameHeaderBytes;
+    const size_t offset = out.size();
+    // The first chunk's header carries the payload's size: until it is read the first chunk lands in a
+    // buffer of its own (one copy of one chunk); every later chunk lands in its final place.
+    std::vector<uint8_t> first_chunk;
+    uint8_t* dst;
+    if (index == 0) {
+      first_chunk.resize(bytes);
+      dst = first_chunk.data();
+    } else {
+      DSINFER_CHECK(bytes <= total - offset, "KV handoff: transfer ", transfer, ": chunk ", index,
+                    " overruns the payload of ", total, " bytes");
+      out.resize(offset + bytes);
+      dst = out.data() + offset;
+    }
+    uint8_t header[kFrameHeaderBytes];
+    ucp_dt_iov_t iov[2] = {{header, kFrameHeaderBytes}, {dst, bytes}};
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = ucp_dt_make_iov();
+    const ucs_status_t st = m.wait(ucp_tag_msg_recv_nbx(m.worker, iov, bytes ? 2 : 1, msg, &p), deadline, nullptr);
+    if (st != UCS_OK) fail_ucx("receive transfer " + std::to_string(transfer), st);
+    const FrameHeader h = decode_frame_header({header, kFrameHeaderBytes});
+    DSINFER_CHECK(h.kind == kind && h.transfer == transfer, "KV handoff: a frame for another transfer matched ",
+                  transfer);
+    if (index == 0) {
+      count = h.chunk_count;
+      total = h.total_bytes;
+      DSINFER_CHECK(bytes <= total, "KV handoff: transfer ", transfer, ": first chunk larger than the payload");
+      out.reserve(total);
+      out.assign(first_chunk.begin(), first_chunk.end());
+    }
+    DSINFER_CHECK(h.chunk_index == index && h.chunk_count == count && h.chunk_offset == offset &&
+                      h.total_bytes == total,
+                  "KV handoff: transfer ", transfer, ": chunk ", h.chunk_index, " of ", h.chunk_count, " at offset ",
+                  h.chunk_offset, " arrived where chunk ", index, " of ", count, " at ", offset, " was expected");
+    DSINFER_CHECK(payload_xxh3({out.data() + offset, bytes}) == h.chunk_xxh3, "KV handoff: transfer ", transfer,
+                  ": chunk ", index, " fails its XXH3 checksum");
+    if (m.options.after_receive_chunk) m.options.after_receive_chunk(index);
+  }
+  DSINFER_CHECK(out.size() == total, "KV handoff: transfer ", transfer, ": ", out.size(), " bytes received of ",
+                total);
+  return out;
+}
+
+std::vector<uint8_t> Transport::expose(uint64_t transfer, std::span<const uint8_t> data) {
+  Impl& m = *impl_;
+  DSINFER_CHECK(!exposed_.count(transfer), "KV handoff: transfer ", transfer, " is already exposed");
+  DSINFER_CHECK(!data.empty(), "KV handoff: nothing to expose for transfer ", transfer);
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = const_cast<uint8_t*>(data.data());
+  mp.length = data.size();
+  ucp_mem_h mem = nullptr;
+  ucs_status_t st = ucp_mem_map(m.context, &mp, &mem);
+  if (st != UCS_OK) fail_ucx("register " + std::to_string(data.size()) + " bytes", st);
+  void* rkey = nullptr;
+  size_t rkey_size = 0;
+  st = ucp_rkey_pack(m.context, mem, &rkey, &rkey_size);
+  if (st != UCS_OK) {
+    ucp_mem_unmap(m.context, mem);
+    fail_ucx("pack a remote key", st);
+  }
+  std::vector<uint8_t> d;
+  put_u64(d, m.address.size());
+  d.insert(d.end(), m.address.begin(), m.address.end());
+  put_u64(d, reinterpret_cast<uint64_t>(data.data()));
+  put_u64(d, data.size());
+  put_u64(d, payload_xxh3(data));
+  put_u64(d, rkey_size);
+  const auto* r = static_cast<const uint8_t*>(rkey);
+  d.insert(d.end(), r, r + rkey_size);
+  ucp_rkey_buffer_release(rkey);
+  exposed_[transfer] = {mem, d};
+  return d;
+}
+
+void Transport::unexpose(uint64_t transfer) {
+  auto it = exposed_.find(transfer);
+  if (it == exposed_.end()) return;
+  ucp_mem_unmap(impl_->context, static_cast<ucp_mem_h>(it->second.first));
+  exposed_.erase(it);
+}
+
+std::vector<uint8_t> Transport::pull(std::span<const uint8_t> descriptor, Deadline deadline) {
+  Impl& m = *impl_;
+  size_t pos = 0;
+  const uint64_t address_len = get_u64(descriptor, pos);
+  DSINFER_CHECK(address_len <= 256 && pos + address_len <= descriptor.size(), "RMA descriptor: bad address");
+  const std::string owner(reinterpret_cast<const char*>(descriptor.data() + pos), address_len);
+  pos += address_len;
+  const uint64_t remote = get_u64(descriptor, pos);
+  const uint64_t length = get_u64(descriptor, pos);
+  const uint64_t xxh3 = get_u64(descriptor, pos);
+  const uint64_t rkey_size = get_u64(descriptor, pos);
+  DSINFER_CHECK(pos + rkey_size == descriptor.size(), "RMA descriptor: remote key of ", rkey_size,
+                " bytes does not match the descriptor's size");
+  DSINFER_CHECK(length <= (uint64_t{1} << 40), "RMA descriptor: length ", length, " is implausible");
+  Impl::Peer& peer = m.peer(owner);
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t st = ucp_ep_rkey_unpack(peer.ep, descriptor.data() + pos, &rkey);
+  if (st != UCS_OK) fail_ucx("unpack the remote key of " + owner, st);
+  std::vector<uint8_t> out(length);
+  ucp_request_param_t p{};
+  void* req = ucp_get_nbx(peer.ep, out.data(), length, remote, rkey, &p);
+  st = m.wait(req, deadline, &owner);
+  if (st == UCS_OK) {
+    // The get's data is in place only once the endpoint is flushed (RMA completion is local otherwise).
+    st = m.wait(ucp_ep_flush_nbx(peer.ep, &p), deadline, &owner);
+  }
+  ucp_rkey_destroy(rkey);
+  if (st != UCS_OK) {
+    m.drop(owner);
+    fail_ucx("RMA get of " + std::to_string(length) + " bytes from " + owner, st);
+  }
+  DSINFER_CHECK(payload_xxh3(out) == xxh3, "KV handoff: ", length, " bytes pulled from ", owner,
+                " fail their XXH3 checksum");
+  return out;
+}
+
+void Transport::serve_pull(const std::string& peer_address, uint64_t transfer, std::span<const uint8_t> data,
+                           Deadline deadline) {
+  const std::vector<uint8_t> descriptor = expose(transfer, data);
+  try {
+    send(peer_address, FrameKind::kRkey, transfer, descriptor, deadline);
+    receive(FrameKind::kDone, transfer, deadline);
+  } catch (...) {
+    unexpose(transfer);
+    throw;
+  }
+  unexpose(transfer);
+}
+
+std::vector<uint8_t> Transport::claim_pull(uint64_t transfer, Deadline deadline) {
+  const std::vector<uint8_t> descriptor = receive(FrameKind::kRkey, transfer, deadline);
+  std::vector<uint8_t> data = pull(descriptor, deadline);
+  size_t pos = 0;
+  const uint64_t address_len = get_u64(descriptor, pos);
+  const std::string owner(reinterpret_cast<const char*>(descriptor.data() + pos), address_len);
+  send(owner, FrameKind::kDone, transfer, {}, deadline);
+  return data;
+}
+
+std::string Transport::describe_endpoint(const std::string& peer_address) {
+  Impl& m = *impl_;
+  Impl::Peer& peer = m.peer(peer_address);
+  // Wire-up completes on the first operation; flush so the lanes shown are the final ones.
+  ucp_request_param_t p{};
+  m.wait(ucp_ep_flush_nbx(peer.ep, &p), deadline_in(std::chrono::seconds(10)), &peer_address);
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  ucp_ep_print_info(peer.ep, f);
+  std::fclose(f);
+  std::string out(text, size);
+  std::free(text);
+  return out;
+}
+
+}  // namespace dsinfer::disagg

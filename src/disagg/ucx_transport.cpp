@@ -36,6 +36,30 @@ void put_u64(std::vector<uint8_t>& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 
+constexpr const char* kWorkerAddressPrefix = "ucx:";
+
+std::string to_hex(const uint8_t* data, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(digits[data[i] >> 4]);
+    out.push_back(digits[data[i] & 15]);
+  }
+  return out;
+}
+
+std::vector<uint8_t> from_hex(const std::string& hex) {
+  DSINFER_CHECK(hex.size() % 2 == 0 && !hex.empty(), "UCX worker address: odd or empty hex");
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    core::fail("UCX worker address: bad hex digit '", c, "'");
+  };
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<uint8_t>(nibble(hex[i]) * 16 + nibble(hex[i + 1])));
+  return out;
+}
+
 uint64_t get_u64(std::span<const uint8_t> in, size_t& pos) {
   DSINFER_CHECK(pos + 8 <= in.size(), "RMA descriptor truncated");
   uint64_t v = 0;
@@ -83,17 +107,29 @@ struct Transport::Impl {
     auto it = peers.find(peer_address);
     if (it != peers.end() && !it->second->failed) return *it->second;
     if (it != peers.end()) drop(it->first);
-    const sockaddr_in sa = parse_address(peer_address);
     auto p = std::make_unique<Peer>();
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
-    ep.sockaddr.addrlen = sizeof(sa);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = &Impl::on_peer_error;
-    ep.err_handler.arg = p.get();
+    sockaddr_in sa{};
+    std::vector<uint8_t> worker_address;
+    if (peer_address.rfind(kWorkerAddressPrefix, 0) == 0) {
+      worker_address = from_hex(peer_address.substr(std::strlen(kWorkerAddressPrefix)));
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+      ep.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+    } else {
+      sa = parse_address(peer_address);
+      ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+      ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+      ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
+      ep.sockaddr.addrlen = sizeof(sa);
+    }
+    if (worker_address.empty()) {
+      // Worker-address connections exist for shared memory, which has no peer-failure handling in UCX
+      // 1.13 (asking for it makes the endpoint unreachable); there a dead peer is found by the deadlines.
+      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &Impl::on_peer_error;
+      ep.err_handler.arg = p.get();
+    }
     const ucs_status_t st = ucp_ep_create(worker, &ep, &p->ep);
     if (st != UCS_OK) fail_ucx("connect to " + peer_address, st);
     return *peers.emplace(peer_address, std::move(p)).first->second;
@@ -121,6 +157,27 @@ struct Transport::Impl {
     if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
   }
 
+  // Requests that did not finish before their endpoint was closed (without peer-failure handling UCX may
+  // never complete them): freed when they do, or left to the worker's destruction.
+  std::vector<void*> abandoned;
+
+  void abandon(void* req) {
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) return;
+    if (ucp_request_check_status(req) != UCS_INPROGRESS) {
+      ucp_request_free(req);
+    } else {
+      abandoned.push_back(req);
+    }
+  }
+
+  void reap_abandoned() {
+    std::erase_if(abandoned, [](void* req) {
+      if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
+      ucp_request_free(req);
+      return true;
+    });
+  }
+
   // Waits for a non-blocking operation. On the deadline a receive is cancelled; a send or get is failed
   // by closing its endpoint (UCX cannot cancel those), which is why the caller passes the peer.
   ucs_status_t wait(void* req, Deadline deadline, const std::string* peer_address) {
@@ -138,7 +195,7 @@ struct Transport::Impl {
         while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
           ucp_worker_progress(worker);
         }
-        if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
+        abandon(req);
         return UCS_ERR_TIMED_OUT;
       }
       ucp_worker_progress(worker);
@@ -189,6 +246,14 @@ Transport::Transport(TransportOptions options) : impl_(std::make_unique<Impl>())
   if (st != UCS_OK) fail_ucx("query listener", st);
   const auto* bound = reinterpret_cast<const sockaddr_in*>(&attr.sockaddr);
   m.address = m.options.listen_host + ":" + std::to_string(ntohs(bound->sin_port));
+  if (m.options.advertise_worker_address) {
+    ucp_address_t* a = nullptr;
+    size_t n = 0;
+    st = ucp_worker_get_address(m.worker, &a, &n);
+    if (st != UCS_OK) fail_ucx("get the worker address", st);
+    m.address = kWorkerAddressPrefix + to_hex(reinterpret_cast<const uint8_t*>(a), n);
+    ucp_worker_release_address(m.worker, a);
+  }
 }
 
 Transport::~Transport() {
@@ -203,7 +268,10 @@ Transport::~Transport() {
 
 std::string Transport::address() const { return impl_->address; }
 
-void Transport::progress() { ucp_worker_progress(impl_->worker); }
+void Transport::progress() {
+  ucp_worker_progress(impl_->worker);
+  impl_->reap_abandoned();
+}
 
 void Transport::send(const std::string& peer_address, FrameKind kind, uint64_t transfer,
                      std::span<const uint8_t> payload, Deadline deadline) {
@@ -239,9 +307,11 @@ void Transport::send(const std::string& peer_address, FrameKind kind, uint64_t t
   }
   ucs_status_t first_error = UCS_OK;
   for (void* req : requests) {
-    // After a failure the endpoint is gone and the remaining requests complete with errors at once.
-    const ucs_status_t st = m.wait(req, deadline, &peer_address);
-    if (st != UCS_OK && first_error == UCS_OK) first_error = st;
+    if (first_error == UCS_OK) {
+      first_error = m.wait(req, deadline, &peer_address);
+    } else {
+      m.abandon(req);  // the endpoint is closed: do not wait for each of the others in turn
+    }
   }
   if (first_error != UCS_OK) {
     m.drop(peer_address);
@@ -357,7 +427,7 @@ std::vector<uint8_t> Transport::pull(std::span<const uint8_t> descriptor, Deadli
   Impl& m = *impl_;
   size_t pos = 0;
   const uint64_t address_len = get_u64(descriptor, pos);
-  DSINFER_CHECK(address_len <= 256 && pos + address_len <= descriptor.size(), "RMA descriptor: bad address");
+  DSINFER_CHECK(address_len <= 65536 && pos + address_len <= descriptor.size(), "RMA descriptor: bad address");
   const std::string owner(reinterpret_cast<const char*>(descriptor.data() + pos), address_len);
   pos += address_len;
   const uint64_t remote = get_u64(descriptor, pos);

@@ -26,6 +26,11 @@ struct TransportOptions {
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 0;  // 0: any free port (see Transport::address)
   size_t chunk_bytes = 4 << 20;  // a payload travels in chunks of this size (one tagged message each)
+  // Advertise "ucx:<hex UCX worker address>" instead of the listener's "host:port". Peers then connect
+  // to the worker directly, which every transport can do; a connection through the listener (UCX's
+  // client-server mode) can use only network transports in this UCX (1.13), so same-machine shared
+  // memory (UCX_TLS=shm) needs this.
+  bool advertise_worker_address = false;
   // Fault injection for tests: called before chunk i of a send is posted, and after chunk i of a receive
   // is checked (a test process kills itself there to die at an exact point of a transfer).
   std::function<void(uint32_t chunk)> before_send_chunk;
@@ -42,7 +47,8 @@ class Transport {
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
 
-  // "host:port" of the listener, for peers to connect to.
+  // What peers connect to: "host:port" of the listener, or "ucx:<hex>" (advertise_worker_address). Every
+  // peer_address below may be either form.
   std::string address() const;
 
   // Sends `payload` to the peer at `peer_address` as chunk frames tagged (kind, transfer); returns when

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   try {
     TransportOptions options;
     options.chunk_bytes = 1 << 20;
+    options.advertise_worker_address = parent.rfind("ucx:", 0) == 0;  // answer in the form we were given
     if (mode == "recv" && arg) {
       const uint32_t die_after = static_cast<uint32_t>(std::atoi(arg));
       options.after_receive_chunk = [die_after](uint32_t i) {

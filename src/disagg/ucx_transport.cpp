@@ -139,43 +139,33 @@ struct Transport::Impl {
   void drop(const std::string& peer_address) {
     auto it = peers.find(peer_address);
     if (it == peers.end()) return;
-    close_ep(it->second->ep);
+    close_ep(it->second->ep, /*flush_first=*/false);
     peers.erase(it);
   }
 
-  void close_ep(ucp_ep_h ep) {
+  // Closes an endpoint. With flush_first, its sends are flushed out first (bounded): a send completes as
+  // soon as its bytes are buffered, so a process that closed right after its last send could lose it.
+  // The close itself is forced: a graceful one waits for the peer to answer, which it may never do.
+  void close_ep(ucp_ep_h ep, bool flush_first) {
+    if (flush_first) {
+      ucp_request_param_t f{};
+      wait_bounded(ucp_ep_flush_nbx(ep, &f), std::chrono::milliseconds(2000));
+    }
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    void* req = ucp_ep_close_nbx(ep, &p);
+    wait_bounded(ucp_ep_close_nbx(ep, &p), std::chrono::milliseconds(1000));
+  }
+
+  // Progresses until the request completes or `limit` passes; frees it either way (UCX releases a freed
+  // request when it completes).
+  void wait_bounded(void* req, std::chrono::milliseconds limit) {
     if (req == nullptr || UCS_PTR_IS_ERR(req)) return;
-    // A forced close completes locally; bound it anyway.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    const auto until = std::chrono::steady_clock::now() + limit;
     while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
       ucp_worker_progress(worker);
     }
-    if (ucp_request_check_status(req) != UCS_INPROGRESS) ucp_request_free(req);
-  }
-
-  // Requests that did not finish before their endpoint was closed (without peer-failure handling UCX may
-  // never complete them): freed when they do, or left to the worker's destruction.
-  std::vector<void*> abandoned;
-
-  void abandon(void* req) {
-    if (req == nullptr || UCS_PTR_IS_ERR(req)) return;
-    if (ucp_request_check_status(req) != UCS_INPROGRESS) {
-      ucp_request_free(req);
-    } else {
-      abandoned.push_back(req);
-    }
-  }
-
-  void reap_abandoned() {
-    std::erase_if(abandoned, [](void* req) {
-      if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
-      ucp_request_free(req);
-      return true;
-    });
+    ucp_request_free(req);
   }
 
   // Waits for a non-blocking operation. On the deadline a receive is cancelled; a send or get is failed
@@ -191,11 +181,7 @@ struct Transport::Impl {
         } else {
           ucp_request_cancel(worker, req);
         }
-        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-        while (ucp_request_check_status(req) == UCS_INPROGRESS && std::chrono::steady_clock::now() < until) {
-          ucp_worker_progress(worker);
-        }
-        abandon(req);
+        wait_bounded(req, std::chrono::milliseconds(1000));
         return UCS_ERR_TIMED_OUT;
       }
       ucp_worker_progress(worker);
@@ -259,8 +245,10 @@ Transport::Transport(TransportOptions options) : impl_(std::make_unique<Impl>())
 Transport::~Transport() {
   Impl& m = *impl_;
   for (auto& [id, e] : exposed_) ucp_mem_unmap(m.context, static_cast<ucp_mem_h>(e.first));
-  while (!m.peers.empty()) m.drop(m.peers.begin()->first);
-  for (ucp_ep_h ep : m.accepted) m.close_ep(ep);
+  // Flushed first: the last messages this process sent reach their peers before it goes.
+  for (auto& [address, peer] : m.peers) m.close_ep(peer->ep, /*flush_first=*/!peer->failed);
+  m.peers.clear();
+  for (ucp_ep_h ep : m.accepted) m.close_ep(ep, /*flush_first=*/false);
   if (m.listener) ucp_listener_destroy(m.listener);
   ucp_worker_destroy(m.worker);
   ucp_cleanup(m.context);
@@ -268,10 +256,7 @@ Transport::~Transport() {
 
 std::string Transport::address() const { return impl_->address; }
 
-void Transport::progress() {
-  ucp_worker_progress(impl_->worker);
-  impl_->reap_abandoned();
-}
+void Transport::progress() { ucp_worker_progress(impl_->worker); }
 
 void Transport::send(const std::string& peer_address, FrameKind kind, uint64_t transfer,
                      std::span<const uint8_t> payload, Deadline deadline) {
@@ -309,8 +294,8 @@ void Transport::send(const std::string& peer_address, FrameKind kind, uint64_t t
   for (void* req : requests) {
     if (first_error == UCS_OK) {
       first_error = m.wait(req, deadline, &peer_address);
-    } else {
-      m.abandon(req);  // the endpoint is closed: do not wait for each of the others in turn
+    } else if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
+      ucp_request_free(req);  // the endpoint is closed: released when UCX completes it, not waited for
     }
   }
   if (first_error != UCS_OK) {

@@ -62,7 +62,7 @@ struct DecodeInstance {
   bool stepping = false;
   int64_t step_start_ns = 0;
   int64_t busy_ns = 0;
-  int64_t kv_tokens = 0;  // actual sequence lengths (the balancer holds the reservations)
+  int64_t kv_tokens = 0;  // sequence lengths of the sequences that arrived (the balancer also counts those in transfer)
   int64_t steps = 0, concurrency_sum = 0;
 };
 
@@ -179,12 +179,12 @@ class Simulation {
     }
   }
 
-  std::optional<size_t> choose(int64_t kv_tokens) {
-    if (config_.decode_policy == DecodePolicy::kBalanced) return decode_balancer_.choose(kv_tokens);
+  std::optional<size_t> choose(int64_t kv_tokens, int64_t reserve_tokens) {
+    if (config_.decode_policy == DecodePolicy::kBalanced) return decode_balancer_.choose(kv_tokens, reserve_tokens);
     const auto& d = decode_balancer_.instances();
     for (size_t k = 0; k < d.size(); ++k) {
       const size_t i = (decode_rotation_ + k) % d.size();
-      if (d[i].requests + 1 <= d[i].max_requests && d[i].kv_tokens + kv_tokens <= d[i].kv_capacity_tokens) {
+      if (d[i].requests + 1 <= d[i].max_requests && d[i].reserved_tokens + reserve_tokens <= d[i].kv_capacity_tokens) {
         decode_rotation_ = (i + 1) % d.size();
         return i;
       }
@@ -194,11 +194,12 @@ class Simulation {
 
   bool try_place(size_t r) {
     Request& req = requests_[r];
-    const auto d = choose(req.reserved);
+    const int64_t held = req.trace->prompt_tokens + req.generated;
+    const auto d = choose(held, req.reserved);
     if (!d) return false;
-    decode_balancer_.place(*d, req.reserved);
+    decode_balancer_.place(*d, held, req.reserved);
     const auto& load = decode_balancer_.instances()[*d];
-    report_.max_kv_share = std::max(report_.max_kv_share, static_cast<double>(load.kv_tokens) /
+    report_.max_kv_share = std::max(report_.max_kv_share, static_cast<double>(load.reserved_tokens) /
                                                               static_cast<double>(load.kv_capacity_tokens));
     report_.max_request_share = std::max(report_.max_request_share, static_cast<double>(load.requests) /
                                                                         static_cast<double>(load.max_requests));
@@ -237,9 +238,10 @@ class Simulation {
       Request& req = requests_[r];
       ++req.generated;
       ++inst.kv_tokens;
+      decode_balancer_.grow(d, 1);
       if (req.generated == req.trace->output_tokens) {
         inst.kv_tokens -= req.trace->prompt_tokens + req.generated;
-        decode_balancer_.release(d, req.reserved);
+        decode_balancer_.release(d, req.trace->prompt_tokens + req.generated, req.reserved);
         complete(r);
       } else {
         still.push_back(r);

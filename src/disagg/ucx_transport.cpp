@@ -407,26 +407,13 @@ std::vector<uint8_t> Transport::expose(uint64_t transfer, std::span<const uint8_
   Impl& m = *impl_;
   DSINFER_CHECK(!exposed_.count(transfer), "KV handoff: transfer ", transfer, " is already exposed");
   DSINFER_CHECK(!data.empty(), "KV handoff: nothing to expose for transfer ", transfer);
-  // The bytes are copied into memory UCX allocates (shared memory from its sysv/posix domains where those
-  // are enabled): a peer on this machine maps it and its get is a plain copy. Registering the caller's own
-  // memory instead left same-machine gets on UCX's emulated path, about 4x slower than the copy costs
-  // (bench/handoff_bench.cpp, README "Measured").
   ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-  mp.address = nullptr;
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = const_cast<uint8_t*>(data.data());
   mp.length = data.size();
-  mp.flags = UCP_MEM_MAP_ALLOCATE;
   ucp_mem_h mem = nullptr;
   ucs_status_t st = ucp_mem_map(m.context, &mp, &mem);
-  if (st != UCS_OK) fail_ucx("allocate " + std::to_string(data.size()) + " bytes to expose", st);
-  ucp_mem_attr_t attr{};
-  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
-  st = ucp_mem_query(mem, &attr);
-  if (st != UCS_OK) {
-    ucp_mem_unmap(m.context, mem);
-    fail_ucx("query exposed memory", st);
-  }
-  std::memcpy(attr.address, data.data(), data.size());
+  if (st != UCS_OK) fail_ucx("register " + std::to_string(data.size()) + " bytes", st);
   void* rkey = nullptr;
   size_t rkey_size = 0;
   st = ucp_rkey_pack(m.context, mem, &rkey, &rkey_size);
@@ -437,7 +424,7 @@ std::vector<uint8_t> Transport::expose(uint64_t transfer, std::span<const uint8_
   std::vector<uint8_t> d;
   put_u64(d, m.address.size());
   d.insert(d.end(), m.address.begin(), m.address.end());
-  put_u64(d, reinterpret_cast<uint64_t>(attr.address));
+  put_u64(d, reinterpret_cast<uint64_t>(data.data()));
   put_u64(d, data.size());
   put_u64(d, payload_xxh3(data));
   put_u64(d, rkey_size);

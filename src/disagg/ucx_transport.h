@@ -59,8 +59,7 @@ class Transport {
   // placement and XXH3.
   std::vector<uint8_t> receive(FrameKind kind, uint64_t transfer, Deadline deadline);
 
-  // Copies `data` into memory UCX allocates and registers it for RMA reads by peers (the caller may free
-  // `data` at once); returns the descriptor a
+  // Registers `data` (which must outlive the exposure) for RMA reads by peers; returns the descriptor a
   // peer passes to pull(): this transport's address, the buffer's address and length, its XXH3 and the
   // packed remote key.
   std::vector<uint8_t> expose(uint64_t transfer, std::span<const uint8_t> data);

@@ -130,20 +130,6 @@ TEST_P(UcxTransport, PeerPullsRegisteredMemory) {
   EXPECT_TRUE(exited_ok(child->wait(*transport_)));
 }
 
-// expose() copies the bytes into memory UCX allocated (shared memory a same-machine peer maps, the fast
-// get path): the caller's buffer is free again at once, and the peer pulls what it held when exposed.
-TEST_P(UcxTransport, ExposedBytesAreTheirOwnCopy) {
-  std::unique_ptr<Child> child;
-  const std::string peer = start(child, {"claim", "15", std::to_string(kBytes)}, 15);
-  auto payload = test_pattern(15, kBytes);
-  const auto descriptor = transport_->expose(15, payload);
-  std::fill(payload.begin(), payload.end(), uint8_t{0});  // the caller reuses its buffer
-  transport_->send(peer, FrameKind::kRkey, 15, descriptor, deadline_in(30s));
-  EXPECT_TRUE(transport_->receive(FrameKind::kDone, 15, deadline_in(30s)).empty());
-  transport_->unexpose(15);
-  EXPECT_TRUE(exited_ok(child->wait(*transport_)));
-}
-
 TEST_P(UcxTransport, PullsRegisteredMemoryOfAnotherProcess) {
   std::unique_ptr<Child> child;
   start(child, {"serve", "10", std::to_string(kBytes)}, 10);

@@ -261,8 +261,8 @@ void Transport::progress() { ucp_worker_progress(impl_->worker); }
 // A chunk travels as two tagged messages: its 48-byte header under the frame tag, then its bytes,
 // contiguous, under the same tag with this bit set (kinds stay below 128, so the bit is free). Headers
 // and bodies each arrive in the order they were sent. The bytes go contiguous because UCX's zero-copy
-// rendezvous does not take an iov of header + bytes (bench_handoff: iov frames ran at a fraction of a
-// contiguous tag send); a receiver reads the small headers first and posts every body straight into place.
+// rendezvous does not take an iov of header + bytes (ucx_perftest -D iov ran at half a contiguous tag
+// send); a receiver reads the small headers first and posts every body straight into place.
 constexpr uint64_t kBodyTagBit = uint64_t{1} << 63;
 
 void Transport::send(const std::string& peer_address, FrameKind kind, uint64_t transfer,

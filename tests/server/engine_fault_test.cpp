@@ -18,22 +18,15 @@
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "recipe/json_text.h"
-#include "recipe/tokenizer_loader.h"
 #include "server/api_server.h"
-#include "tokenizer/deepseek_v4.h"
 #include "tokenizer/tokenizer.h"
 #include "toy_model.h"
+#include "v4_tokenizer.h"
 
 namespace dsinfer::server {
 namespace {
 
 using recipe::Json;
-
-const tokenizer::Tokenizer& v4() {
-  static std::unique_ptr<tokenizer::Tokenizer> tok = recipe::load_deepseek_tokenizer(
-      "v4", recipe::TokenizerSources{std::nullopt, std::string(DSINFER_SOURCE_DIR) + "/" + tokenizer::kNpmV3BasePath});
-  return *tok;
-}
 
 // The toy model whose nth forward call throws after computing (the sequences advanced: the engine
 // must not trust them). nth = 0: never.

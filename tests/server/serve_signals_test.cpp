@@ -31,7 +31,7 @@ TEST(ServeSignalsDeathTest, ASignalBeforeServingEndsTheProcessAtOnce) {
         kill(getpid(), SIGTERM);
         for (;;) pause();  // loading: only the signal thread can end this
       },
-      testing::ExitedWithCode(128 + SIGTERM), "SIGTERM before the server was ready; exiting");
+      ::testing::ExitedWithCode(128 + SIGTERM), "SIGTERM before the server was ready; exiting");
 }
 
 // The stop hangs (finish() is never called): after the second signal's callback, the watchdog ends
@@ -48,7 +48,7 @@ TEST(ServeSignalsDeathTest, ASecondSignalEndsAStopThatHangs) {
         kill(getpid(), SIGINT);
         for (;;) pause();  // an engine step that never returns
       },
-      testing::ExitedWithCode(1),
+      ::testing::ExitedWithCode(1),
       "cancelling in flight\n.*still stopping 0.1 s after the second signal .*exiting");
 }
 
@@ -71,7 +71,7 @@ TEST(ServeSignalsDeathTest, AStopThatFinishesIsNotForced) {
         std::fprintf(stderr, "stopped cleanly\n");
         std::_Exit(0);
       },
-      testing::ExitedWithCode(0), "stopped cleanly");
+      ::testing::ExitedWithCode(0), "stopped cleanly");
 }
 
 }  // namespace

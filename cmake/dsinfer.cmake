@@ -1,3 +1,19 @@
+# dsinfer_keep_out_of_unity(<sources...>)
+# A Highway file re-includes itself once per SIMD target (HWY_TARGET_INCLUDE + foreach_target.h); two
+# of them in one unity source would re-expand each other, so they are compiled alone. The sanitizer
+# presets build with CMAKE_UNITY_BUILD (test files share their gtest and library headers per batch).
+function(dsinfer_keep_out_of_unity)
+  if(NOT CMAKE_UNITY_BUILD)
+    return()
+  endif()
+  foreach(src ${ARGN})
+    file(STRINGS ${src} self_include REGEX "HWY_TARGET_INCLUDE" LIMIT_COUNT 1)
+    if(self_include)
+      set_source_files_properties(${src} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+    endif()
+  endforeach()
+endfunction()
+
 # dsinfer_part(NAME <part> [NON_RECURSIVE] [DEPS <targets...>] [PRIVATE_DEPS <targets...>])
 # One static library per part of the map, from every .cpp below the current folder (only the folder
 # itself with NON_RECURSIVE, for parts whose subfolders are libraries of their own).
@@ -14,6 +30,7 @@ function(dsinfer_part)
     target_link_libraries(dsinfer_${P_NAME} INTERFACE ${P_DEPS} ${P_PRIVATE_DEPS})
     return()
   endif()
+  dsinfer_keep_out_of_unity(${srcs})
   add_library(dsinfer_${P_NAME} STATIC ${srcs})
   target_include_directories(dsinfer_${P_NAME} PUBLIC ${CMAKE_SOURCE_DIR}/src)
   target_link_libraries(dsinfer_${P_NAME} PUBLIC ${P_DEPS} PRIVATE ${P_PRIVATE_DEPS})

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what is missing, builds the optimised and the
 # sanitizer builds, and runs every test (all tests optimised, the unit tests again under ASan+UBSan,
-# the engine's and the KV store's threaded tests under ThreadSanitizer).
+# the engine's, the KV store's and the server's threaded tests under ThreadSanitizer).
 #
 # The repository must stand on its own, so the suite does not run in this checkout: the working tree
 # (tracked files and untracked files that are not ignored) is copied into a fresh temporary folder

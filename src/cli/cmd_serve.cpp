@@ -5,15 +5,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
-#include <mutex>
 #include <sstream>
-#include <thread>
 
 #include "cli/args.h"
 #include "cli/command.h"
@@ -27,6 +23,7 @@
 #endif
 #include "server/api_server.h"
 #include "server/default_model.h"
+#include "server/serve_signals.h"
 #include "recipe/tokenizer_loader.h"
 #include "tokenizer/tokenizer.h"
 
@@ -59,74 +56,6 @@ constexpr int64_t kInt32Max = INT32_MAX;
   DSINFER_LOG_WARN("serve: ", model_dir, " has no tokenizer.json; using the V4 tokenizer");
   return (fs::path(server::ensure_v4_tokenizer_dir()) / "tokenizer.json").string();
 }
-
-// Takes SIGINT/SIGTERM for the whole run: they are blocked in every thread and this one sigwaits.
-// Before serving() a signal ends the process at once: loading holds nothing to drain and may take
-// minutes. Serving, the first signal wakes wait_first(); the second runs the serving() callback (cancel
-// what is in flight) and, if the process is still stopping kForceExitAfter later (an engine step that
-// never returns), ends it.
-class ServeSignals {
- public:
-  static constexpr std::chrono::seconds kForceExitAfter{20};
-
-  explicit ServeSignals(const sigset_t& set) : set_(set), thread_([this] { run(); }) {}
-  ~ServeSignals() { finish(); }
-
-  void serving(std::function<void()> on_second) {
-    std::lock_guard lock(mu_);
-    on_second_ = std::move(on_second);
-  }
-  int wait_first() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return first_ != 0; });
-    return first_;
-  }
-  // The process has stopped: no more callbacks, no forced exit.
-  void finish() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard lock(mu_);
-      finished_ = true;
-    }
-    cv_.notify_all();
-    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes a sigwait; stays pending otherwise
-    thread_.join();
-  }
-
- private:
-  static const char* name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
-
-  void run() {
-    int sig = 0;
-    sigwait(&set_, &sig);
-    {
-      std::lock_guard lock(mu_);
-      if (finished_) return;
-      if (!on_second_) {
-        std::fprintf(stderr, "dsinfer serve: %s before the server was ready; exiting\n", name(sig));
-        std::_Exit(128 + sig);
-      }
-      first_ = sig;
-    }
-    cv_.notify_all();
-    sigwait(&set_, &sig);
-    std::unique_lock lock(mu_);
-    if (finished_) return;
-    on_second_();
-    if (cv_.wait_for(lock, kForceExitAfter, [&] { return finished_; })) return;
-    std::fprintf(stderr, "dsinfer serve: still stopping %lld s after the second signal (an engine step does not "
-                 "return); exiting\n", static_cast<long long>(kForceExitAfter.count()));
-    std::_Exit(1);
-  }
-
-  sigset_t set_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::function<void()> on_second_;  // set once serving
-  int first_ = 0;
-  bool finished_ = false;
-  std::thread thread_;  // last: starts once the rest exists
-};
 
 int run_serve(int argc, char** argv) {
   Args args("serve",
@@ -177,7 +106,7 @@ int run_serve(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ServeSignals signal_watch(signals);
+  server::ServeSignals signal_watch(signals);
 
   server::ApiServerOptions opt;
   opt.host = args.get("host");

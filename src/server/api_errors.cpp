@@ -14,6 +14,10 @@ ErrorFlavor flavor_for_path(std::string_view path) {
   return path.rfind("/v1/messages", 0) == 0 ? ErrorFlavor::kAnthropic : ErrorFlavor::kOpenAI;
 }
 
+ErrorFlavor flavor_for_request(const HttpRequest& req) {
+  return req.has_header("anthropic-version") ? ErrorFlavor::kAnthropic : flavor_for_path(req.path);
+}
+
 std::string openai_error_type(int status) {
   if (status == 401) return "authentication_error";
   if (status == 403) return "permission_error";

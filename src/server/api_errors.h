@@ -52,6 +52,9 @@ std::string new_incident_id();
 
 // The protocol a path belongs to: /v1/messages... is Anthropic, everything else OpenAI.
 ErrorFlavor flavor_for_path(std::string_view path);
+// The protocol of the client asking: an Anthropic path, or any request carrying `anthropic-version`
+// (which every Anthropic SDK sends), is answered in Anthropic's shape.
+ErrorFlavor flavor_for_request(const HttpRequest& req);
 
 // OpenAI "type" / Anthropic error "type" for a status.
 std::string openai_error_type(int status);

@@ -29,9 +29,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-enum Route { kHealth, kMetrics, kModels, kChat, kResponses, kMessages, kCompletions, kOther };
-const char* const kRouteNames[] = {"/health",      "/metrics",      "/v1/models",      "/v1/chat/completions",
-                                   "/v1/responses", "/v1/messages", "/v1/completions", "other"};
+enum Route { kHealth, kMetrics, kModels, kChat, kResponses, kMessages, kCountTokens, kCompletions, kOther };
+const char* const kRouteNames[] = {"/health",      "/metrics",      "/v1/models",
+                                   "/v1/chat/completions",          "/v1/responses",
+                                   "/v1/messages", "/v1/messages/count_tokens",
+                                   "/v1/completions", "other"};
 
 Route route_of(std::string_view path) {
   if (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
@@ -41,12 +43,39 @@ Route route_of(std::string_view path) {
   if (path == "/v1/chat/completions") return kChat;
   if (path == "/v1/responses") return kResponses;
   if (path == "/v1/messages") return kMessages;
+  if (path == "/v1/messages/count_tokens") return kCountTokens;
   if (path == "/v1/completions") return kCompletions;
   return kOther;
 }
 
 
-ErrorFlavor flavor_of(int route) { return route == kMessages ? ErrorFlavor::kAnthropic : ErrorFlavor::kOpenAI; }
+ErrorFlavor flavor_of(int route) {
+  return route == kMessages || route == kCountTokens ? ErrorFlavor::kAnthropic : ErrorFlavor::kOpenAI;
+}
+
+// The OpenAI generation routes answer in OpenAI's shape whoever asks; the shared ones (models, unknown
+// paths, a refused key) in the shape of the client that asks: the Anthropic SDK sends anthropic-version.
+ErrorFlavor flavor_of(int route, const HttpRequest& req) {
+  if (route == kMessages || route == kCountTokens) return ErrorFlavor::kAnthropic;
+  if (route == kChat || route == kResponses || route == kCompletions) return ErrorFlavor::kOpenAI;
+  return flavor_for_request(req);
+}
+
+// The body as JSON, refusing objects with too many keys first (the ordered parse is quadratic in them).
+Json parse_request_body(std::string text) {
+  if (!recipe::detail::json_object_keys_within(text))
+    throw_api_error(400, core::str_cat("the request body has an object with more than ",
+                                       recipe::detail::kMaxJsonObjectKeys, " keys"),
+                    "invalid_json");
+  Json body;
+  try {
+    body = recipe::parse_json(text);
+  } catch (const std::exception& e) {
+    throw_api_error(400, core::str_cat("the request body is not valid JSON: ", e.what()), "invalid_json");
+  }
+  if (!body.is_object()) throw_api_error(400, "the request body must be a JSON object", "invalid_type");
+  return body;
+}
 
 std::string random_hex(size_t n) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -150,6 +179,63 @@ void read_logit_adjustments(const Json& body, engine::SamplingParams& p) {
       throw_api_error(400, core::str_cat("logit_bias of token ", token, " must be a number in [-100, 100]"),
                       "invalid_value", "logit_bias");
     p.logit_bias.emplace_back(static_cast<int32_t>(token), value.get<float>());
+  }
+}
+
+// The answer to an exception thrown while reading a request; call from a catch block.
+struct RequestError {
+  int status = 500;
+  std::string body;
+  bool internal = false;
+};
+RequestError request_error(ErrorFlavor flavor, int route) {
+  try {
+    throw;
+  } catch (const ApiException& e) {
+    return {e.error().status, error_body(flavor, e.error()), false};
+  } catch (const recipe::ConversionError& e) {
+    return {e.http_status(), reshape_openai_error(flavor, e.http_status(), recipe::to_compact_json(e.http_body())),
+            false};
+  } catch (const std::exception& e) {
+    // Invalid input from below (tokenizer, renderer) is told as it is; anything else only by an incident id.
+    const std::string incident = new_incident_id();
+    const ApiError err = api_error_for_exception(e, incident);
+    if (is_internal_exception(e)) DSINFER_LOG_ERROR("server: ", kRouteNames[route], " ", incident, ": ", e.what());
+    return {err.status, error_body(flavor, err), err.status >= 500};
+  } catch (...) {
+    const std::string incident = new_incident_id();
+    DSINFER_LOG_ERROR("server: ", kRouteNames[route], " ", incident, ": unknown exception");
+    return {500, error_body(flavor, api_error_for_exception(std::runtime_error(""), incident)), true};
+  }
+}
+
+// Parameters the server cannot honour are refused, never accepted and ignored (the recipe's conversion
+// reads the rest).
+void refuse_unsupported(int route, const Json& body) {
+  auto given = [&](const char* key) {
+    auto it = body.find(key);
+    return it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()) &&
+           !(it->is_number() && it->get<double>() == 0);
+  };
+  auto refuse_logprobs = [](const char* key) {
+    throw_api_error(400, core::str_cat("'", key, "' is not supported: this server computes no logprobs"),
+                    "unsupported_parameter", key);
+  };
+  if (route == kChat) {
+    if (given("logprobs")) refuse_logprobs("logprobs");
+    if (given("top_logprobs")) refuse_logprobs("top_logprobs");
+  }
+  if (route == kResponses) {
+    // Nothing is stored: `store` is accepted either way (a stored response could not be retrieved), and
+    // a continuation by id cannot be resolved: the client sends the whole conversation as `input`.
+    if (auto it = body.find("store"); it != body.end() && !it->is_null() && !it->is_boolean())
+      throw_api_error(400, "'store' must be a boolean", "invalid_type", "store");
+    if (auto it = body.find("previous_response_id"); it != body.end() && !it->is_null())
+      throw_api_error(400,
+                      "previous_response_id is not supported: this server stores no responses; send the whole "
+                      "conversation as `input`",
+                      "unsupported_parameter", "previous_response_id");
+    if (given("top_logprobs")) refuse_logprobs("top_logprobs");
   }
 }
 
@@ -426,7 +512,7 @@ void ApiServer::reply_json(const std::shared_ptr<Exchange>& ex, int route, int s
 
 void ApiServer::reply_error(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& message,
                             const std::string& code, HeaderList headers) {
-  reply_json(ex, route, status, error_body(flavor_of(route), ApiError{status, message, code, "", {}}),
+  reply_json(ex, route, status, error_body(flavor_of(route, ex->request()), ApiError{status, message, code, "", {}}),
              std::move(headers));
 }
 
@@ -492,6 +578,10 @@ void ApiServer::handle(std::shared_ptr<Exchange> ex) {
     rejected_->add({{"reason", "shutting_down"}});
     return reply_error(ex, route, 503, "the server is shutting down", "service_unavailable");
   }
+  if (route == kCountTokens) {
+    boost::asio::post(*prep_pool_, [this, ex] { count_tokens(ex); });
+    return;
+  }
   handle_generation(ex, route);
 }
 
@@ -507,6 +597,37 @@ void ApiServer::handle_generation(const std::shared_ptr<Exchange>& ex, int route
   // Conversion, rendering and encoding of a large prompt can take a while: done off the io threads so
   // that other connections keep streaming.
   boost::asio::post(*prep_pool_, [this, ex, route] { prepare(ex, route); });
+}
+
+void ApiServer::check_model(const Json& body) const {
+  if (auto m = body.find("model"); m != body.end() && m->is_string()) {
+    const std::string name = m->get<std::string>();
+    if (std::find(options_.model_names.begin(), options_.model_names.end(), name) == options_.model_names.end())
+      throw_api_error(404, core::str_cat("The model '", name, "' does not exist (this server serves '",
+                                         options_.model_names.front(), "')"),
+                      "model_not_found", "model");
+  }
+}
+
+// Anthropic's token counting: the Messages request (without max_tokens) rendered and encoded exactly as
+// /v1/messages would; the answer is the prompt's length, usage.input_tokens + cache_read_input_tokens there.
+void ApiServer::count_tokens(const std::shared_ptr<Exchange>& ex) {
+  const int route = kCountTokens;
+  try {
+    Json body = parse_request_body(ex->take_body());
+    check_model(body);
+    if (!body.contains("max_tokens")) body["max_tokens"] = 1;  // required by the Messages schema, unused here
+    const recipe::ConvertedRequest conv = recipe::convert_request(recipe::Protocol::kMessages, body, options_.conversion);
+    const recipe::RenderedPrompt rendered = recipe::render_conversation(conv.request.conversation, options_.prompt_version);
+    if (!rendered.image_sources.empty())
+      throw_api_error(400, "this model does not accept images", "unsupported_content");
+    const size_t n = encoder_.encode(rendered).size();
+    reply_json(ex, route, 200, recipe::to_compact_json(Json{{"input_tokens", n}}));
+  } catch (...) {
+    const RequestError err = request_error(ErrorFlavor::kAnthropic, route);
+    rejected_->add({{"reason", err.internal ? "internal" : "invalid"}});
+    reply_json(ex, route, err.status, err.body);
+  }
 }
 
 void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
@@ -525,28 +646,9 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
   recipe::OutputConstraintRequest constraint;
   bool thinking = false;
   try {
-    Json body;
-    {
-      // Parsed, the body is not needed any more: its storage goes now, not when the response ends.
-      const std::string text = ex->take_body();
-      if (!recipe::detail::json_object_keys_within(text))
-        throw_api_error(400, core::str_cat("the request body has an object with more than ",
-                                           recipe::detail::kMaxJsonObjectKeys, " keys"),
-                        "invalid_json");
-      try {
-        body = recipe::parse_json(text);
-      } catch (const std::exception& e) {
-        throw_api_error(400, core::str_cat("the request body is not valid JSON: ", e.what()), "invalid_json");
-      }
-    }
-    if (!body.is_object()) throw_api_error(400, "the request body must be a JSON object", "invalid_type");
-    if (auto m = body.find("model"); m != body.end() && m->is_string()) {
-      const std::string name = m->get<std::string>();
-      if (std::find(options_.model_names.begin(), options_.model_names.end(), name) == options_.model_names.end())
-        throw_api_error(404, core::str_cat("The model '", name, "' does not exist (this server serves '",
-                                           options_.model_names.front(), "')"),
-                        "model_not_found", "model");
-    }
+    // Parsed, the body is not needed any more: its storage goes now, not when the response ends.
+    const Json body = parse_request_body(ex->take_body());
+    check_model(body);
     const std::string model =
         body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : options_.model_names.front();
     const int64_t context = engine_.max_context();
@@ -615,6 +717,8 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       check_prompt(static_cast<int64_t>(spec.prompt_ids.size()));
       if (auto n = optional_number<int64_t>(body, "n", 1, 1); n && *n != 1)
         throw_api_error(400, "only n = 1 is supported", "invalid_value", "n");
+      if (auto b = body.find("best_of"); b != body.end() && !b->is_null() && !(b->is_number() && b->get<double>() == 1))
+        throw_api_error(400, "best_of is not supported (only best_of = 1)", "unsupported_parameter", "best_of");
       if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null() && !(lp->is_number() && lp->get<double>() == 0))
         throw_api_error(400, "logprobs are not supported", "unsupported_parameter", "logprobs");
       if (auto s = body.find("suffix"); s != body.end() && !s->is_null())
@@ -646,6 +750,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       call->stream = co.stream;
       call->out = make_completion_stream(co, tokenizer_);
     } else {
+      refuse_unsupported(route, body);
       const recipe::Protocol protocol = route == kChat        ? recipe::Protocol::kChatCompletions
                                         : route == kResponses ? recipe::Protocol::kResponses
                                                               : recipe::Protocol::kMessages;
@@ -701,18 +806,9 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
     } catch (const nlohmann::json::exception& e) {
       throw_api_error(400, core::str_cat("structured output: ", e.what()), "invalid_grammar");
     }
-  } catch (const ApiException& e) {
-    ApiError err = e.error();
-    return fail(err.status, error_body(flavor, err), "invalid");
-  } catch (const recipe::ConversionError& e) {
-    return fail(e.http_status(), reshape_openai_error(flavor, e.http_status(), recipe::to_compact_json(e.http_body())),
-                "invalid");
-  } catch (const std::exception& e) {
-    // Invalid input from below (tokenizer, renderer) is told as it is; anything else only by an incident id.
-    const std::string incident = new_incident_id();
-    const ApiError err = api_error_for_exception(e, incident);
-    if (is_internal_exception(e)) DSINFER_LOG_ERROR("server: ", kRouteNames[route], " ", incident, ": ", e.what());
-    return fail(err.status, error_body(flavor, err), err.status >= 500 ? "internal" : "invalid");
+  } catch (...) {
+    const RequestError err = request_error(flavor, route);
+    return fail(err.status, err.body, err.internal ? "internal" : "invalid");
   }
 
   call->prompt_tokens = static_cast<int64_t>(spec.prompt_ids.size());

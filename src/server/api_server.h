@@ -78,6 +78,8 @@ class ApiServer {
   void handle(std::shared_ptr<Exchange> ex);
   void handle_generation(const std::shared_ptr<Exchange>& ex, int route);
   void prepare(const std::shared_ptr<Exchange>& ex, int route);  // on prep_pool_
+  void count_tokens(const std::shared_ptr<Exchange>& ex);         // on prep_pool_
+  void check_model(const recipe::Json& body) const;               // 404 for a model not served
   void submit(const std::shared_ptr<Call>& call, engine::RequestSpec spec);  // on the strand
   void reply_error(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& message,
                    const std::string& code = "", HeaderList headers = {});

@@ -19,6 +19,12 @@ constexpr size_t kMaxCachedWord = 256;  // longer words are rare and not worth t
 
 std::atomic<uint64_t> next_instance{1};
 
+}  // namespace
+
+// Named, not anonymous: Bpe::Caches, a type with linkage, holds these (GCC's -Wsubobject-linkage in a
+// unity build, where this file is an included one).
+namespace bpe_caches {
+
 // A per-thread cache of word -> ids for one model: open addressing over a power-of-two table, keys
 // and ids in arenas. When it fills it is simply cleared (words repeat locally, so a cold restart
 // costs little and keeps memory bounded).
@@ -136,13 +142,13 @@ class ShortWordCache {
   std::vector<Line> lines_;
 };
 
-}  // namespace
+}  // namespace bpe_caches
 
 struct Bpe::Caches {
   uint64_t owner = 0;
   uint64_t last_use = 0;
-  ShortWordCache short_words;
-  WordCache long_words;
+  bpe_caches::ShortWordCache short_words;
+  bpe_caches::WordCache long_words;
 
   void reset(uint64_t new_owner) {
     owner = new_owner;
@@ -321,11 +327,11 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out, Caches& 
     return;
   }
   const size_t start = out.size();
-  if (word.size() <= ShortWordCache::kMaxBytes) {
-    const ShortWordCache::Key key = ShortWordCache::key_of(word);
+  if (word.size() <= bpe_caches::ShortWordCache::kMaxBytes) {
+    const bpe_caches::ShortWordCache::Key key = bpe_caches::ShortWordCache::key_of(word);
     if (caches.short_words.lookup(key, out)) return;
     encode_word_uncached(word, out);
-    if (out.size() - start <= ShortWordCache::kMaxIds) {
+    if (out.size() - start <= bpe_caches::ShortWordCache::kMaxIds) {
       caches.short_words.insert(key, out.data() + start, out.size() - start);
     } else {  // too many ids for a line
       caches.long_words.insert(word, XXH3_64bits(word.data(), word.size()), out.data() + start, out.size() - start);

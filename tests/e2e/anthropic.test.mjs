@@ -126,3 +126,47 @@ test('models list in Anthropic shape', async () => {
   assert.deepEqual(page.data.map((m) => m.id), [MODEL]);
   assert.equal(page.data[0].type, 'model');
 });
+
+// Token counting: the prompt of the same request as /v1/messages counts it (usage.input_tokens there
+// excludes what the prefix cache served, so the two are added).
+test('messages.countTokens counts the prompt /v1/messages runs', async () => {
+  const params = {
+    model: MODEL, system: 'Be brief.', thinking: { type: 'disabled' },
+    messages: [{ role: 'user', content: 'How many tokens is this prompt?' }],
+  };
+  const counted = await client.messages.countTokens(params);
+  assert.deepEqual(Object.keys(counted), ['input_tokens']);
+  const m = await client.messages.create({ ...params, max_tokens: 1 });
+  assert.equal(counted.input_tokens, m.usage.input_tokens + m.usage.cache_read_input_tokens);
+  const longer = await client.messages.countTokens({ ...params, messages: [...params.messages,
+    { role: 'assistant', content: 'Some.' }, { role: 'user', content: 'And now?' }] });
+  assert.ok(longer.input_tokens > counted.input_tokens, `${longer.input_tokens} > ${counted.input_tokens}`);
+  await assert.rejects(client.messages.countTokens({ model: MODEL, messages: [] }),
+    (e) => e instanceof Anthropic.BadRequestError && e.error?.error?.type === 'invalid_request_error');
+  await assert.rejects(client.messages.countTokens({ ...params, model: 'claude-nothing' }),
+    (e) => e instanceof Anthropic.NotFoundError && e.error?.error?.type === 'not_found_error');
+});
+
+// The Anthropic SDK sends anthropic-version on every request: its 401s and 404s come in its shape on
+// the shared routes too, and every /v1/messages path is Anthropic's.
+test('401 and 404 in Anthropic shape on shared and unknown routes', async () => {
+  const bad = new Anthropic({ baseURL: server.url, apiKey: 'wrong', maxRetries: 0 });
+  for (const call of [() => bad.models.list(), () => bad.messages.countTokens({ model: MODEL, messages: [] })]) {
+    await assert.rejects(call(),
+      (e) => e instanceof Anthropic.AuthenticationError && e.error?.type === 'error' &&
+        e.error?.error?.type === 'authentication_error');
+  }
+  await assert.rejects(client.models.retrieve('claude-nothing'),
+    (e) => e instanceof Anthropic.NotFoundError && e.error?.type === 'error' && e.error?.error?.type === 'not_found_error');
+  for (const headers of [{ 'x-api-key': 'sk-test-key' }, { 'x-api-key': 'sk-test-key', 'anthropic-version': '2023-06-01' }]) {
+    const r = await fetch(`${server.url}/v1/messages/nothing`, { method: 'POST', headers, body: '{}' });
+    assert.equal(r.status, 404);
+    const body = await r.json();
+    assert.equal(body.type, 'error', JSON.stringify(body));
+    assert.equal(body.error.type, 'not_found_error');
+  }
+  // Without anthropic-version, a shared route keeps OpenAI's shape.
+  const openai = await fetch(`${server.url}/v1/models`, { headers: { 'x-api-key': 'wrong' } });
+  assert.equal(openai.status, 401);
+  assert.equal((await openai.json()).error.type, 'authentication_error');
+});

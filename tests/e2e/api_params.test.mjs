@@ -96,3 +96,29 @@ test('logit_bias forces a token; penalties are accepted and validated', async ()
       (e) => e.status === 400, JSON.stringify(bad));
   }
 });
+
+// Not implemented, so refused with a 400 naming the parameter, never accepted and ignored.
+test('logprobs, best_of and previous_response_id are refused; store is accepted', async () => {
+  const refused = [
+    [() => client.chat.completions.create(chat({ max_completion_tokens: 2, logprobs: true })), 'logprobs'],
+    [() => client.chat.completions.create(chat({ max_completion_tokens: 2, logprobs: true, top_logprobs: 3 })), 'logprobs'],
+    [() => client.chat.completions.create(chat({ max_completion_tokens: 2, top_logprobs: 3 })), 'top_logprobs'],
+    [() => client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, best_of: 2 }), 'best_of'],
+    [() => client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 2,
+      previous_response_id: 'resp_0123' }), 'previous_response_id'],
+  ];
+  for (const [call, param] of refused) {
+    await assert.rejects(call(), (e) => e.status === 400 && e.code === 'unsupported_parameter' && e.param === param &&
+      e.message.includes(param), param);
+  }
+  const off = await client.chat.completions.create(chat({ max_completion_tokens: 2, logprobs: false }));
+  assert.equal(off.choices[0].logprobs, null);
+  const one = await client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, best_of: 1 });
+  assert.equal(one.choices.length, 1);
+  for (const store of [false, true]) {
+    const r = await client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 16, store });
+    assert.equal(r.status === 'completed' || r.status === 'incomplete', true, r.status);
+  }
+  await assert.rejects(client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 16, store: 'yes' }),
+    (e) => e.status === 400 && e.param === 'store');
+});

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "recipe/convert.h"
+#include "recipe/request_reader.h"
 
 namespace dsinfer::recipe {
 namespace {
@@ -23,6 +24,20 @@ ConversationRequest convert(Protocol protocol, const char* body, const Conversio
 constexpr Protocol kChat = Protocol::kChatCompletions;
 constexpr Protocol kResp = Protocol::kResponses;
 constexpr Protocol kMsg = Protocol::kMessages;
+
+// The text entry point (the CLI's) refuses an object wider than the server's key limit before the
+// ordered parse, whose cost is quadratic in an object's keys; at the limit the key is still read.
+TEST(Convert, TextEntryRefusesObjectsWithTooManyKeys) {
+  auto body_with_keys = [](size_t keys) {
+    std::string extra;
+    for (size_t i = 0; i + 2 < keys; ++i) extra += ",\"x" + std::to_string(i) + "\":0";
+    return R"({"model":"m","messages":[{"role":"user","content":"x"}])" + extra + "}";
+  };
+  EXPECT_EQ(error_of(kChat, body_with_keys(detail::kMaxJsonObjectKeys).c_str()), "(accepted)");
+  EXPECT_EQ(error_of(kChat, body_with_keys(detail::kMaxJsonObjectKeys + 1).c_str()),
+            "invalid JSON body: an object has more than 256 keys");
+  EXPECT_EQ(error_of(kChat, body_with_keys(100000).c_str()), "invalid JSON body: an object has more than 256 keys");
+}
 
 TEST(Convert, ChatDeserialisationErrors) {
   EXPECT_EQ(error_of(kChat, R"({})"), "missing field `messages`");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "recipe/json_text.h"
+#include "recipe/prompt.h"
 #include "stream_helpers.h"
 
 namespace dsinfer::recipe {
@@ -14,7 +15,6 @@ using testing::options;
 using testing::run_chunks;
 using V = std::vector<std::string>;
 
-const std::string kDsml = "\xEF\xBD\x9C" "DSML\xEF\xBD\x9C";  // ｜DSML｜
 
 // V4 (`tool_calls`, `invoke`, `parameter`) or V4.1 (` calls`, ` invoke`, ` parameter`) markup.
 std::string tag(bool v41, const char* name) {
@@ -23,9 +23,9 @@ std::string tag(bool v41, const char* name) {
   return n == "tool_calls" ? " calls" : " " + n;
 }
 std::string open(bool v41, const char* name, const std::string& attrs = "") {
-  return "<" + kDsml + tag(v41, name) + attrs + ">";
+  return "<" + std::string(tokens::kDsml) + tag(v41, name) + attrs + ">";
 }
-std::string close(bool v41, const char* name) { return "</" + kDsml + tag(v41, name) + ">"; }
+std::string close(bool v41, const char* name) { return "</" + std::string(tokens::kDsml) + tag(v41, name) + ">"; }
 std::string param(bool v41, const std::string& name, bool is_string, const std::string& value) {
   return open(v41, "parameter", " name=\"" + name + "\" string=\"" + (is_string ? "true" : "false") + "\"") + value +
          close(v41, "parameter");

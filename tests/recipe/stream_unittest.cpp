@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "recipe/prompt.h"
 #include "recipe/stream/custom_tool_input.h"
 #include "recipe/stream/stream_processor.h"
 
@@ -12,11 +13,10 @@ namespace {
 
 using namespace stream;
 
-const std::string kDsml = "\xEF\xBD\x9C" "DSML\xEF\xBD\x9C";
-
 std::string call_block(const std::string& name, const std::string& param, const std::string& value) {
-  return "<" + kDsml + " calls>\n<" + kDsml + " invoke name=\"" + name + "\">\n<" + kDsml + " parameter name=\"" + param +
-         "\" string=\"true\">" + value + "</" + kDsml + " parameter>\n</" + kDsml + " invoke>\n</" + kDsml + " calls>";
+  const std::string dsml = tokens::kDsml;  // ｜DSML｜
+  return "<" + dsml + " calls>\n<" + dsml + " invoke name=\"" + name + "\">\n<" + dsml + " parameter name=\"" + param +
+         "\" string=\"true\">" + value + "</" + dsml + " parameter>\n</" + dsml + " invoke>\n</" + dsml + " calls>";
 }
 
 struct Run {

@@ -12,21 +12,21 @@
 namespace dsinfer::server {
 namespace {
 
-using Json = nlohmann::json;
+using PlainJson = nlohmann::json;  // unordered: comparisons ignore key order
 
 TEST(ApiErrors, OpenAIShape) {
-  Json j = Json::parse(error_body(ErrorFlavor::kOpenAI, ApiError{404, "no such model", "model_not_found", "model", {}}));
-  EXPECT_EQ(j, Json::parse(R"({"error":{"message":"no such model","type":"invalid_request_error","param":"model",
+  PlainJson j = PlainJson::parse(error_body(ErrorFlavor::kOpenAI, ApiError{404, "no such model", "model_not_found", "model", {}}));
+  EXPECT_EQ(j, PlainJson::parse(R"({"error":{"message":"no such model","type":"invalid_request_error","param":"model",
                                          "code":"model_not_found"}})"));
-  j = Json::parse(error_body(ErrorFlavor::kOpenAI, ApiError{429, "slow down", "", "", {}}));
+  j = PlainJson::parse(error_body(ErrorFlavor::kOpenAI, ApiError{429, "slow down", "", "", {}}));
   EXPECT_EQ(j["error"]["type"], "rate_limit_error");
   EXPECT_EQ(j["error"]["code"], "rate_limit_exceeded");
   EXPECT_TRUE(j["error"]["param"].is_null());
 }
 
 TEST(ApiErrors, AnthropicShape) {
-  Json j = Json::parse(error_body(ErrorFlavor::kAnthropic, ApiError{413, "too big", "", "", {}}));
-  EXPECT_EQ(j, Json::parse(R"({"type":"error","error":{"type":"request_too_large","message":"too big"}})"));
+  PlainJson j = PlainJson::parse(error_body(ErrorFlavor::kAnthropic, ApiError{413, "too big", "", "", {}}));
+  EXPECT_EQ(j, PlainJson::parse(R"({"type":"error","error":{"type":"request_too_large","message":"too big"}})"));
   EXPECT_EQ(anthropic_error_type(400), "invalid_request_error");
   EXPECT_EQ(anthropic_error_type(401), "authentication_error");
   EXPECT_EQ(anthropic_error_type(404), "not_found_error");
@@ -37,14 +37,14 @@ TEST(ApiErrors, AnthropicShape) {
 
 TEST(ApiErrors, InvalidUtf8InAMessageStillSerialises) {
   std::string body = error_body(ErrorFlavor::kOpenAI, ApiError{400, "bad \xff byte", "", "", {}});
-  EXPECT_NO_THROW(Json::parse(body));
+  EXPECT_NO_THROW(PlainJson::parse(body));
 }
 
 TEST(ApiErrors, ReshapeTakesTheRecipeMessage) {
   const std::string openai = R"({"error":{"message":"Empty input messages","type":"invalid_request_error","param":null,"code":"invalid_request_error"}})";
   EXPECT_EQ(reshape_openai_error(ErrorFlavor::kOpenAI, 400, openai), openai);
-  Json j = Json::parse(reshape_openai_error(ErrorFlavor::kAnthropic, 400, openai));
-  EXPECT_EQ(j, Json::parse(R"({"type":"error","error":{"type":"invalid_request_error","message":"Empty input messages"}})"));
+  PlainJson j = PlainJson::parse(reshape_openai_error(ErrorFlavor::kAnthropic, 400, openai));
+  EXPECT_EQ(j, PlainJson::parse(R"({"type":"error","error":{"type":"invalid_request_error","message":"Empty input messages"}})"));
 }
 
 TEST(ApiErrors, FlavorByPath) {
@@ -65,7 +65,7 @@ TEST(ApiErrors, ExceptionsMapByKindAndInternalTextNeverLeaks) {
   e = api_error_for_exception(core::Error("logprobs are not implemented", core::ErrorKind::kUnsupported), incident);
   EXPECT_EQ(e.status, 400);
   EXPECT_EQ(e.message, "logprobs are not implemented");
-  EXPECT_EQ(Json::parse(error_body(ErrorFlavor::kOpenAI, e))["error"]["code"], "unsupported_value");
+  EXPECT_EQ(PlainJson::parse(error_body(ErrorFlavor::kOpenAI, e))["error"]["code"], "unsupported_value");
 
   const std::string secret = "safetensors /srv/models/v4/model-00007.safetensors: workspace slot 3 overflow";
   const std::vector<std::function<void()>> internal = {
@@ -93,7 +93,7 @@ TEST(ApiErrors, ExceptionsMapByKindAndInternalTextNeverLeaks) {
       }
     }
   }
-  EXPECT_EQ(Json::parse(error_body(ErrorFlavor::kOpenAI, api_error_for_exception(std::bad_alloc(), incident)))["error"]["type"],
+  EXPECT_EQ(PlainJson::parse(error_body(ErrorFlavor::kOpenAI, api_error_for_exception(std::bad_alloc(), incident)))["error"]["type"],
             "internal_error");
 }
 

@@ -6,21 +6,14 @@
 
 #include "recipe/convert.h"
 #include "recipe/json_text.h"
-#include "recipe/tokenizer_loader.h"
 #include "server/protocol_streams.h"
-#include "tokenizer/deepseek_v4.h"
 #include "tokenizer/tokenizer.h"
+#include "v4_tokenizer.h"
 
 namespace dsinfer::server {
 namespace {
 
 using recipe::Json;
-
-const tokenizer::Tokenizer& v4() {
-  static std::unique_ptr<tokenizer::Tokenizer> tok = recipe::load_deepseek_tokenizer(
-      "v4", recipe::TokenizerSources{std::nullopt, std::string(DSINFER_SOURCE_DIR) + "/" + tokenizer::kNpmV3BasePath});
-  return *tok;
-}
 
 // "data: X\n\n" frames -> the X texts.
 std::vector<std::string> data_lines(const std::string& sse) {

@@ -24,17 +24,17 @@ PreTokenizer split_then_byte_level(const std::string& regex, const std::string& 
   return PreTokenizer::from_json(spec, "test");
 }
 
-using V = std::vector<std::string>;
+using Pieces = std::vector<std::string>;
 
 TEST(PreTokenizer, SplitBehavioursFoldLikeHuggingFace) {
   // Worked through Hugging Face's NormalizedString::split by hand for "a-b--c" split on "-".
-  EXPECT_EQ(words(split_then_byte_level("-", "Isolated"), "a-b--c"), (V{"a", "-", "b", "-", "-", "c"}));
-  EXPECT_EQ(words(split_then_byte_level("-", "Removed"), "a-b--c"), (V{"a", "b", "c"}));
-  EXPECT_EQ(words(split_then_byte_level("-", "MergedWithPrevious"), "a-b--c"), (V{"a-", "b-", "-", "c"}));
-  EXPECT_EQ(words(split_then_byte_level("-", "MergedWithNext"), "a-b--c"), (V{"a", "-b", "-", "-c"}));
-  EXPECT_EQ(words(split_then_byte_level("-", "Contiguous"), "a-b--c"), (V{"a", "-", "b", "--", "c"}));
-  EXPECT_EQ(words(split_then_byte_level("-", "Removed", true), "a-b--c"), (V{"-", "-", "-"}));
-  EXPECT_EQ(words(split_then_byte_level("-", "MergedWithPrevious"), "-a"), (V{"-", "a"}));
+  EXPECT_EQ(words(split_then_byte_level("-", "Isolated"), "a-b--c"), (Pieces{"a", "-", "b", "-", "-", "c"}));
+  EXPECT_EQ(words(split_then_byte_level("-", "Removed"), "a-b--c"), (Pieces{"a", "b", "c"}));
+  EXPECT_EQ(words(split_then_byte_level("-", "MergedWithPrevious"), "a-b--c"), (Pieces{"a-", "b-", "-", "c"}));
+  EXPECT_EQ(words(split_then_byte_level("-", "MergedWithNext"), "a-b--c"), (Pieces{"a", "-b", "-", "-c"}));
+  EXPECT_EQ(words(split_then_byte_level("-", "Contiguous"), "a-b--c"), (Pieces{"a", "-", "b", "--", "c"}));
+  EXPECT_EQ(words(split_then_byte_level("-", "Removed", true), "a-b--c"), (Pieces{"-", "-", "-"}));
+  EXPECT_EQ(words(split_then_byte_level("-", "MergedWithPrevious"), "-a"), (Pieces{"-", "a"}));
 }
 
 TEST(PreTokenizer, StringPatternsAreLiteral) {
@@ -42,18 +42,18 @@ TEST(PreTokenizer, StringPatternsAreLiteral) {
                {"pretokenizers",
                 {{{"type", "Split"}, {"pattern", {{"String", ".*"}}}, {"behavior", "Isolated"}},
                  {{"type", "ByteLevel"}, {"use_regex", false}}}}};
-  EXPECT_EQ(words(PreTokenizer::from_json(spec, "test"), "a.*b.c"), (V{"a", ".*", "b.c"}));
+  EXPECT_EQ(words(PreTokenizer::from_json(spec, "test"), "a.*b.c"), (Pieces{"a", ".*", "b.c"}));
 }
 
 TEST(PreTokenizer, ByteLevelUseRegexSplitsLikeGpt2) {
   json spec = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
   EXPECT_EQ(words(PreTokenizer::from_json(spec, "test"), "Hello world's  end!!"),
-            (V{"Hello", " world", "'s", " ", " end", "!!"}));
+            (Pieces{"Hello", " world", "'s", " ", " end", "!!"}));
 }
 
 TEST(PreTokenizer, EmptyMatchesFollowOnigFindIter) {
   // x* matches empty everywhere: find_iter yields the empty matches, which become no words.
-  EXPECT_EQ(words(split_then_byte_level("x*", "Isolated"), "axxb"), (V{"a", "xx", "b"}));
+  EXPECT_EQ(words(split_then_byte_level("x*", "Isolated"), "axxb"), (Pieces{"a", "xx", "b"}));
 }
 
 TEST(PreTokenizer, RejectsWhatItCannotDo) {

@@ -243,7 +243,35 @@ void EngineCore::drain_loads() {
     }
     if (decided) ready.push_back(r);
   }
-  for (Request* r : ready) finish_load(*r);
+  for (Request* r : ready) {
+    try {
+      finish_load(*r);
+    } catch (...) {
+      // The connector's snapshot pool (or memory) failed while the answers joined the cache: the store
+      // is a cache, so the request only loses it and is admitted with what memory holds. This runs in
+      // plan(), which would otherwise throw the same way on every step and serve nobody again.
+      DSINFER_LOG_WARN("engine: request ", r->id, " could not take its loaded KV blocks: ",
+                       current_exception_message());
+      abandon_load(*r);
+    }
+  }
+}
+
+void EngineCore::abandon_load(Request& r) {
+  try {
+    waiting_.push_back(&r);
+  } catch (...) {
+    finish(r, FinishReason::kError,
+           core::str_cat("engine: the request could not be queued after its KV load: ", current_exception_message()));
+    return;
+  }
+  // finish_load() can only have thrown before it queued the request (what follows cannot throw).
+  loading_.erase(std::remove(loading_.begin(), loading_.end(), &r), loading_.end());
+  r.state = Request::State::kWaiting;
+  r.loaded.clear();
+  r.load_answered.clear();
+  r.load_keys.clear();
+  r.load_pending = 0;
 }
 
 void EngineCore::finish_load(Request& r) {
@@ -1155,7 +1183,15 @@ EngineMetrics EngineCore::metrics() const {
       std::lock_guard<std::mutex> lock(kv_inbox_->mu);
       m.extra["kv_store_import_failures_total"] = static_cast<double>(kv_inbox_->import_failures);
     }
-    connector_->add_metrics(m.extra);
+    try {
+      connector_->add_metrics(m.extra);
+    } catch (...) {
+      // Metrics are published after every step: a connector that fails here must not end the loop.
+      if (kv_metrics_failures_++ == 0) {
+        DSINFER_LOG_WARN("engine: the KV connector's metrics failed (logged once): ", current_exception_message());
+      }
+    }
+    m.extra["kv_connector_metrics_failures_total"] = static_cast<double>(kv_metrics_failures_);
   }
   if (draft_total_ > 0) {
     m.extra["draft_acceptance_rate"] = static_cast<double>(accepted_total_) / static_cast<double>(draft_total_);

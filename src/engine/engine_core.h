@@ -150,6 +150,7 @@ class EngineCore {
   void start_load(Request& r);
   void drain_loads();
   void finish_load(Request& r);
+  void abandon_load(Request& r);  // finish_load() failed: back to the queue without the store
   // Gives the cache node at block `blocks` of `keys` the pool's snapshot when it has none.
   void adopt_pool_snapshot(const std::vector<uint64_t>& keys, int64_t blocks);
   void save_block(const Request& r, int64_t index, uint64_t key, uint64_t parent, const KvBlock& block);
@@ -194,6 +195,7 @@ class EngineCore {
   int64_t ttft_count_ = 0;
   int64_t kv_loads_ = 0, kv_blocks_asked_ = 0, kv_blocks_hit_ = 0, kv_blocks_imported_ = 0, kv_load_timeouts_ = 0;
   int64_t kv_blocks_saved_ = 0, kv_save_failures_ = 0, kv_pool_snapshots_used_ = 0;
+  mutable int64_t kv_metrics_failures_ = 0;  // metrics() runs on the engine thread only
 };
 
 }  // namespace dsinfer::engine

@@ -197,7 +197,12 @@ class EngineImpl final : public Engine {
   }
 
   void publish_metrics() {
-    EngineMetrics m = core_.metrics();
+    EngineMetrics m;
+    // Runs outside every phase guard: an exception here (bad_alloc) would end the process.
+    if (std::string why = guarded([&] { m = core_.metrics(); }); !why.empty()) {
+      DSINFER_LOG_WARN("engine: the metrics were not updated: ", why);
+      return;
+    }
     std::lock_guard<std::mutex> lock(metrics_mu_);
     metrics_ = std::move(m);
   }

@@ -1,6 +1,7 @@
 // Faults inside the engine end only the requests they touched, never the process: a model that throws
-// in one phase (a std::exception or std::bad_alloc) under load, callbacks that throw anything,
-// shutdown() from a callback, and the release of a finished request's callback.
+// in one phase (a std::exception or std::bad_alloc) under load, a KV connector (or the block export and
+// import it drives) that throws, callbacks that throw anything, shutdown() from a callback, and the
+// release of a finished request's callback.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,19 +9,25 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <map>
 #include <new>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "engine/engine.h"
+#include "engine/kv_connector.h"
 #include "engine_test_util.h"
 #include "toy_model.h"
 
 namespace dsinfer::engine::testing {
 namespace {
 
-enum class Phase { kNewSequence, kAttach, kForward, kDraft, kTruncate, kBlock, kSnapshot };
+enum class Phase {
+  kNone, kNewSequence, kAttach, kForward, kDraft, kTruncate, kBlock, kSnapshot, kAdoptBlock, kExportBlock, kImportBlock
+};
 
 const char* phase_name(Phase p) {
   switch (p) {
@@ -31,6 +38,10 @@ const char* phase_name(Phase p) {
     case Phase::kTruncate: return "truncate";
     case Phase::kBlock: return "block";
     case Phase::kSnapshot: return "snapshot";
+    case Phase::kAdoptBlock: return "adopt_block";
+    case Phase::kExportBlock: return "export_block";
+    case Phase::kImportBlock: return "import_block";
+    case Phase::kNone: return "none";
   }
   return "?";
 }
@@ -67,7 +78,17 @@ class FaultyModel final : public ModelRunner {
     return inner_.block(seq, index);
   }
   bool adopt_block(SequenceState& seq, int64_t index, const std::shared_ptr<const KvBlock>& shared) override {
+    if (hit(Phase::kAdoptBlock, 1)) fail();
     return inner_.adopt_block(seq, index, shared);
+  }
+  std::vector<uint8_t> export_block(const KvBlock& block) override {
+    if (hit(Phase::kExportBlock, 1)) fail();
+    return inner_.export_block(block);
+  }
+  // Runs on the thread that answers a KV connector's load.
+  std::shared_ptr<const KvBlock> import_block(int64_t index, std::span<const uint8_t> bytes) override {
+    if (hit(Phase::kImportBlock, 1)) fail();
+    return inner_.import_block(index, bytes);
   }
   std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& seq) override {
     if (hit(Phase::kSnapshot, 1)) fail();
@@ -83,8 +104,8 @@ class FaultyModel final : public ModelRunner {
     return inner_.draft(items);
   }
 
-  int64_t fired() const { return fired_; }
-  int64_t faulted_items() const { return faulted_items_; }  // sequences in the call that threw
+  int64_t fired() const { return fired_.load(); }
+  int64_t faulted_items() const { return faulted_items_.load(); }  // sequences in the call that threw
   const ToyModel& inner() const { return inner_; }
 
  private:
@@ -101,7 +122,8 @@ class FaultyModel final : public ModelRunner {
 
   ToyModel inner_;
   Fault fault_;
-  int64_t calls_ = 0, fired_ = 0, faulted_items_ = 0;  // the engine calls the model from one thread
+  // Atomic: import_block runs on a connector's thread (only one phase ever counts calls, though).
+  std::atomic<int64_t> calls_{0}, fired_{0}, faulted_items_{0};
 };
 
 // Requests sharing a two-block prefix (so later ones attach cached blocks), greedy or sampled.
@@ -132,6 +154,7 @@ TEST(EngineFaults, AModelFaultEndsOnlyTheRequestsOfItsStep) {
       {Phase::kNewSequence, 5, false}, {Phase::kNewSequence, 9, true}, {Phase::kAttach, 3, false},
       {Phase::kForward, 6, false},     {Phase::kForward, 11, true},    {Phase::kDraft, 4, false},
       {Phase::kTruncate, 3, false},    {Phase::kBlock, 5, false},      {Phase::kSnapshot, 4, true},
+      {Phase::kAdoptBlock, 2, false},
   };
   ToyConfig cfg;
   ToyModel reference(cfg);
@@ -197,6 +220,192 @@ TEST(EngineFaults, AModelFaultEndsOnlyTheRequestsOfItsStep) {
       EXPECT_EQ(m.running, 0);
       EXPECT_EQ(m.waiting, 0);
       EXPECT_EQ(m.kv_bytes_used, m.extra.at("prefix_cache_bytes"));  // nothing left charged to requests
+    }
+  }
+}
+
+enum class KvCall { kNone, kLoad, kSaveBlock, kSaveSnapshot, kFindSnapshot, kMetrics };
+
+const char* kv_call_name(KvCall c) {
+  switch (c) {
+    case KvCall::kLoad: return "load";
+    case KvCall::kSaveBlock: return "save_block";
+    case KvCall::kSaveSnapshot: return "save_snapshot";
+    case KvCall::kFindSnapshot: return "find_snapshot";
+    case KvCall::kMetrics: return "add_metrics";
+    case KvCall::kNone: return "none";
+  }
+  return "?";
+}
+
+struct KvFault {
+  KvCall call = KvCall::kNone;
+  int64_t nth = 0;         // the nth call throws
+  bool bad_alloc = false;
+  bool persistent = false;  // and every later one too (a store that went away)
+};
+
+// A KV connector in memory that answers loads at once, on the caller's thread, and throws from one of
+// its calls once armed. Shared by a fault-free engine that fills it and the engine under test.
+class FaultyConnector final : public KvConnector {
+ public:
+  void arm(KvFault fault) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fault_ = fault;
+  }
+  void save_block(const KvBlockName& name, std::vector<uint8_t> bytes, const std::string&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    check(KvCall::kSaveBlock);
+    blocks_[name.key] = std::move(bytes);
+  }
+  void load(std::vector<KvBlockName> blocks, KvLoadCallback done) override {
+    std::vector<const std::vector<uint8_t>*> found(blocks.size(), nullptr);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      check(KvCall::kLoad);
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        auto it = blocks_.find(blocks[i].key);
+        if (it != blocks_.end()) found[i] = &it->second;  // records are never replaced while loads run
+      }
+    }
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      done(i, found[i] != nullptr, found[i] ? std::span<const uint8_t>(*found[i]) : std::span<const uint8_t>());
+    }
+  }
+  void save_snapshot(uint64_t key, std::shared_ptr<const WindowSnapshot> snapshot) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    check(KvCall::kSaveSnapshot);
+    snapshots_[key] = std::move(snapshot);
+  }
+  std::shared_ptr<const WindowSnapshot> find_snapshot(uint64_t key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    check(KvCall::kFindSnapshot);
+    auto it = snapshots_.find(key);
+    return it == snapshots_.end() ? nullptr : it->second;
+  }
+  void add_metrics(std::map<std::string, double>& extra) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    check(KvCall::kMetrics);
+    extra["test_connector_blocks"] = static_cast<double>(blocks_.size());
+  }
+  int64_t fired() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fired_;
+  }
+  size_t blocks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return blocks_.size();
+  }
+
+ private:
+  void check(KvCall c) const {
+    if (c != fault_.call) return;
+    const int64_t n = ++calls_;
+    if (n != fault_.nth && !(fault_.persistent && n > fault_.nth)) return;
+    ++fired_;
+    if (fault_.bad_alloc) throw std::bad_alloc();
+    throw std::runtime_error("injected connector fault");
+  }
+  mutable std::mutex mu_;
+  KvFault fault_;
+  mutable int64_t calls_ = 0, fired_ = 0;
+  std::unordered_map<uint64_t, std::vector<uint8_t>> blocks_;
+  std::unordered_map<uint64_t, std::shared_ptr<const WindowSnapshot>> snapshots_;
+};
+
+// The KV store is a cache: a connector that throws (from any call, once or from then on) or a block
+// that cannot be exported or imported costs at most the store's help, never an answer. A fault-free
+// engine fills the store first, so the engine under test loads, imports and saves under load.
+TEST(EngineFaults, AKvConnectorOrBlockTransferFaultCostsOnlyTheStore) {
+  struct Case {
+    Fault model;
+    KvFault kv;
+    int64_t errors;  // requests that end with kError
+  };
+  const std::vector<Case> cases = {
+      {{Phase::kNone, 0, false}, {KvCall::kLoad, 3, false}, 0},
+      {{Phase::kNone, 0, false}, {KvCall::kLoad, 2, true, true}, 0},
+      {{Phase::kNone, 0, false}, {KvCall::kSaveBlock, 5, true}, 0},
+      {{Phase::kNone, 0, false}, {KvCall::kSaveSnapshot, 4, false}, 0},
+      {{Phase::kNone, 0, false}, {KvCall::kFindSnapshot, 2, false, true}, 0},
+      {{Phase::kNone, 0, false}, {KvCall::kFindSnapshot, 3, true}, 0},
+      {{Phase::kNone, 0, false}, {KvCall::kMetrics, 3, false}, 0},
+      {{Phase::kNone, 0, false}, {KvCall::kMetrics, 1, true, true}, 0},
+      {{Phase::kExportBlock, 3, false}, {}, 0},
+      {{Phase::kImportBlock, 4, true}, {}, 0},
+  };
+  ToyConfig cfg;
+  ToyModel reference(cfg);
+  for (const Case& c : cases) {
+    for (bool overlap : {true, false}) {
+      SCOPED_TRACE(std::string(phase_name(c.model.phase)) + " #" + std::to_string(c.model.nth) + " / " +
+                   kv_call_name(c.kv.call) + " #" + std::to_string(c.kv.nth) +
+                   (c.kv.persistent ? " and later" : "") + (c.model.bad_alloc || c.kv.bad_alloc ? " bad_alloc" : "") +
+                   (overlap ? " overlap" : " sequential"));
+      auto connector = std::make_shared<FaultyConnector>();
+      EngineOptions o;
+      o.kv_budget_bytes = 1 << 24;
+      o.max_batch_tokens = 64;
+      o.max_running = 8;
+      o.overlap_scheduling = overlap;
+      o.swa_replay = false;           // every hit is exact: outputs equal the engine-free reference
+      o.snapshot_every_block = true;  // snapshots at every boundary go to the connector's pool too
+      o.kv_connector = connector;
+
+      std::mt19937 rng(11);
+      std::vector<int32_t> prefix(2 * cfg.block_tokens);
+      for (auto& t : prefix) t = 2 + static_cast<int32_t>(rng() % (cfg.vocab - 2));
+      std::vector<std::vector<RequestSpec>> waves;
+      for (int n : {16, 16, 8}) waves.push_back(workload(rng, n, prefix, true, cfg.vocab));
+      {
+        auto warm = make_engine(std::make_shared<ToyModel>(cfg), o);
+        ASSERT_EQ(run_all(*warm, waves[0]).size(), waves[0].size());
+        warm->shutdown(true);
+      }
+      ASSERT_GT(connector->blocks(), 0u);
+      connector->arm(c.kv);
+      auto model = std::make_shared<FaultyModel>(cfg, c.model);
+      auto engine = make_engine(model, o);
+      // The warmed wave again (its blocks come from the store), a new one, and one after the fault.
+      int64_t errors = 0;
+      for (size_t w = 0; w < waves.size(); ++w) {
+        if (w == 2) {
+          ASSERT_GE(model->fired() + connector->fired(), 1) << "the fault must have happened in the first two waves";
+        }
+        const auto out = run_all(*engine, waves[w]);
+        ASSERT_EQ(out.size(), waves[w].size()) << "wave " << w << " did not finish";
+        for (size_t i = 0; i < out.size(); ++i) {
+          const Outcome want = expected_outcome(reference, waves[w][i], cfg.eos);
+          const std::string what = "wave " + std::to_string(w) + " request " + std::to_string(i);
+          if (out[i].finish == FinishReason::kError) {
+            ++errors;
+            EXPECT_NE(out[i].error.find(c.model.bad_alloc ? "bad_alloc" : "injected fault"), std::string::npos)
+                << what << ": " << out[i].error;
+            EXPECT_TRUE(is_prefix(out[i].tokens, want.tokens)) << what;
+          } else {
+            EXPECT_EQ(out[i].tokens, want.tokens) << what;
+            EXPECT_EQ(out[i].finish, want.finish) << what << " error: " << out[i].error;
+          }
+        }
+      }
+      EXPECT_EQ(errors, c.errors);
+      engine->shutdown(true);
+      EXPECT_EQ(model->inner().live_sequences(), 0);
+      const EngineMetrics m = engine->metrics();
+      EXPECT_EQ(m.running, 0);
+      EXPECT_EQ(m.waiting, 0);
+      EXPECT_EQ(m.kv_bytes_used, m.extra.at("prefix_cache_bytes"));  // nothing left charged to requests
+      if (c.kv.call == KvCall::kMetrics) {
+        // Still published after the fault, without the connector's own gauges when it fails.
+        EXPECT_GE(m.extra.at("kv_connector_metrics_failures_total"), 1);
+        EXPECT_EQ(m.extra.count("test_connector_blocks"), c.kv.persistent ? 0u : 1u);
+      }
+      if (c.model.phase == Phase::kImportBlock) {
+        EXPECT_GE(m.extra.at("kv_store_import_failures_total"), 1);
+      }
+      if (c.model.phase == Phase::kExportBlock) {
+        EXPECT_GE(m.extra.at("kv_store_save_failures_total"), 1);
+      }
     }
   }
 }

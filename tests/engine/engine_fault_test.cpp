@@ -410,6 +410,58 @@ TEST(EngineFaults, AKvConnectorOrBlockTransferFaultCostsOnlyTheStore) {
   }
 }
 
+// A snapshot pool that stays down while loaded blocks join the cache: the request is admitted without
+// the store. It used to make every plan throw again (the pool is asked for the snapshot of the last
+// block memory held, which memory lacks), so no step ran for anybody and nothing was answered.
+TEST(EngineFaults, ASnapshotPoolThatStaysDownDoesNotStopPlanning) {
+  ToyConfig cfg;
+  ToyModel reference(cfg);
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlap" : "sequential");
+    auto connector = std::make_shared<FaultyConnector>();
+    EngineOptions o;
+    o.kv_budget_bytes = 1 << 24;
+    o.max_batch_tokens = 64;
+    o.max_running = 8;
+    o.overlap_scheduling = overlap;
+    o.swa_replay = false;            // every hit is exact: outputs equal the engine-free reference
+    o.snapshot_every_block = false;  // the shared prefix's last block (position 32) keeps no snapshot
+    o.kv_connector = connector;
+    auto engine = make_engine(std::make_shared<ToyModel>(cfg), o);
+
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> tok(2, cfg.vocab - 1);
+    std::vector<int32_t> prefix(2 * cfg.block_tokens);
+    for (auto& t : prefix) t = tok(rng);
+    // Prefix + 40 tokens: four full blocks that can end a resume; the prompt's snapshot is at 64 only.
+    auto long_prompt = [&] {
+      std::vector<int32_t> p = prefix;
+      for (int k = 0; k < 40; ++k) p.push_back(tok(rng));
+      return p;
+    };
+    const std::vector<RequestSpec> first = {fixed_length_greedy(long_prompt(), 4)};
+    ASSERT_EQ(run_all(*engine, first).size(), 1u);
+    connector->arm({KvCall::kFindSnapshot, 1, false, true});
+    // Under load: requests that hold the prefix in memory and load the rest (all misses), and short
+    // ones that ask the store nothing.
+    std::vector<RequestSpec> wave;
+    for (int i = 0; i < 8; ++i) wave.push_back(fixed_length_greedy(long_prompt(), 6));
+    for (int i = 0; i < 4; ++i) wave.push_back(fixed_length_greedy({3 + i, 4, 5, 6}, 6));
+    const auto out = run_all(*engine, wave);
+    ASSERT_EQ(out.size(), wave.size()) << "the engine stopped answering";
+    EXPECT_GE(connector->fired(), 1);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const Outcome want = expected_outcome(reference, wave[i], cfg.eos);
+      EXPECT_EQ(out[i].tokens, want.tokens) << "request " << i;
+      EXPECT_EQ(out[i].finish, want.finish) << "request " << i << " error: " << out[i].error;
+    }
+    engine->shutdown(true);
+    const EngineMetrics m = engine->metrics();
+    EXPECT_EQ(m.running, 0);
+    EXPECT_EQ(m.waiting, 0);
+  }
+}
+
 TEST(EngineFaults, ACallbackThrowingAnythingIsContained) {
   ToyConfig cfg;
   ToyModel reference(cfg);

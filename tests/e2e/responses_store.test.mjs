@@ -101,3 +101,16 @@ test('GET returns the stored response; DELETE removes it', async () => {
   const post = await fetch(`${server.url}/v1/responses/${r.id}`, { method: 'PUT' });
   assert.equal(post.status, 405);
 });
+
+test('--responses-store-bytes 0 stores nothing', async () => {
+  const off = await startServer(['--responses-store-bytes', '0']);
+  try {
+    const c = new OpenAI({ baseURL: `${off.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+    const r = await c.responses.create({ ...params, input: 'Hi.' });
+    await assert.rejects(c.responses.create({ ...params, previous_response_id: r.id, input: 'Again.' }), notFound(r.id));
+    await assert.rejects(c.responses.retrieve(r.id), (e) => e.status === 404);
+  } finally {
+    const { code } = await off.stop();
+    assert.equal(code, 0, `server exit code\n${off.stderr()}`);
+  }
+});

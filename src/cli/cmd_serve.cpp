@@ -94,6 +94,13 @@ int run_serve(int argc, char** argv) {
   args.flag("deepseek-usage-chunk",
             "streamed Chat Completions carry usage on the finish chunk, always (DeepSeek's API); default: OpenAI's "
             "separate last chunk with \"choices\":[], only with stream_options.include_usage");
+  args.option("responses-store-ttl", "SECONDS",
+              "Responses API: how long a stored response (store: true, the default) can be continued with "
+              "previous_response_id or read with GET /v1/responses/{id}",
+              "3600");
+  args.option("responses-store-bytes", "N",
+              "Responses API: memory for stored responses; beyond it the least recently used go (0: store none)",
+              "268435456");
   add_engine_flags(args);
   add_kv_store_flags(args, "${DSINFER_HOME:-$HOME/.cache/dsinfer}/kvstore");
   if (!args.parse(argc, argv)) return args.exit_code();
@@ -140,6 +147,8 @@ int run_serve(int argc, char** argv) {
   opt.prompt_version = pv == "v4" ? recipe::PromptVersion::kV4 : recipe::PromptVersion::kV41;
   opt.conversion.default_thinking_mode = !args.has("no-thinking");
   opt.separate_usage_chunk = !args.has("deepseek-usage-chunk");
+  opt.responses_store_ttl = seconds_flag(args, "responses-store-ttl");
+  opt.responses_store_bytes = args.get_int("responses-store-bytes", 0, int64_t{1} << 40);
   const auto drain = seconds_flag(args, "shutdown-timeout");
 
   engine::EngineOptions eopt;

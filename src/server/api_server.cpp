@@ -29,11 +29,14 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-enum Route { kHealth, kMetrics, kModels, kChat, kResponses, kMessages, kCountTokens, kCompletions, kOther };
+enum Route {
+  kHealth, kMetrics, kModels, kChat, kResponses, kMessages, kCountTokens, kCompletions, kStoredResponse, kOther
+};
 const char* const kRouteNames[] = {"/health",      "/metrics",      "/v1/models",
                                    "/v1/chat/completions",          "/v1/responses",
                                    "/v1/messages", "/v1/messages/count_tokens",
-                                   "/v1/completions", "other"};
+                                   "/v1/completions", "/v1/responses/{id}", "other"};
+constexpr std::string_view kStoredResponsePrefix = "/v1/responses/";
 
 Route route_of(std::string_view path) {
   if (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
@@ -42,6 +45,7 @@ Route route_of(std::string_view path) {
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return kModels;
   if (path == "/v1/chat/completions") return kChat;
   if (path == "/v1/responses") return kResponses;
+  if (path.size() > kStoredResponsePrefix.size() && path.rfind(kStoredResponsePrefix, 0) == 0) return kStoredResponse;
   if (path == "/v1/messages") return kMessages;
   if (path == "/v1/messages/count_tokens") return kCountTokens;
   if (path == "/v1/completions") return kCompletions;
@@ -57,7 +61,8 @@ ErrorFlavor flavor_of(int route) {
 // paths, a refused key) in the shape of the client that asks: the Anthropic SDK sends anthropic-version.
 ErrorFlavor flavor_of(int route, const HttpRequest& req) {
   if (route == kMessages || route == kCountTokens) return ErrorFlavor::kAnthropic;
-  if (route == kChat || route == kResponses || route == kCompletions) return ErrorFlavor::kOpenAI;
+  if (route == kChat || route == kResponses || route == kCompletions || route == kStoredResponse)
+    return ErrorFlavor::kOpenAI;
   return flavor_for_request(req);
 }
 
@@ -226,15 +231,6 @@ void refuse_unsupported(int route, const Json& body) {
     if (given("top_logprobs")) refuse_logprobs("top_logprobs");
   }
   if (route == kResponses) {
-    // Nothing is stored: `store` is accepted either way (a stored response could not be retrieved), and
-    // a continuation by id cannot be resolved: the client sends the whole conversation as `input`.
-    if (auto it = body.find("store"); it != body.end() && !it->is_null() && !it->is_boolean())
-      throw_api_error(400, "'store' must be a boolean", "invalid_type", "store");
-    if (auto it = body.find("previous_response_id"); it != body.end() && !it->is_null())
-      throw_api_error(400,
-                      "previous_response_id is not supported: this server stores no responses; send the whole "
-                      "conversation as `input`",
-                      "unsupported_parameter", "previous_response_id");
     if (given("top_logprobs")) refuse_logprobs("top_logprobs");
   }
 }
@@ -244,6 +240,16 @@ std::optional<bool> optional_bool(const Json& body, const char* key) {
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_boolean()) throw_api_error(400, core::str_cat("'", key, "' must be a boolean"), "invalid_type", key);
   return it->get<bool>();
+}
+
+// A Responses request's input as a list of items (a string is one user message); the conversion
+// checks the items themselves.
+Json input_items(const Json& body) {
+  auto it = body.find("input");
+  if (it == body.end() || it->is_null()) return Json::array();
+  if (it->is_string()) return Json::array({Json{{"type", "message"}, {"role", "user"}, {"content", *it}}});
+  if (!it->is_array()) throw_api_error(400, "'input' must be a string or an array of items", "invalid_type", "input");
+  return *it;
 }
 
 }  // namespace
@@ -276,6 +282,8 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
   bool shutdown_cancel = false;
   bool have_first_token = false;
   Clock::time_point first_token_at;
+  bool store = false;  // Responses: keep the finished response (its input items in stored_input)
+  Json stored_input;
 
   void on_event(const engine::TokenEvent& ev) {
     if (done) return;
@@ -351,6 +359,8 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
 
   void complete(std::string bytes, StreamEnd end, const std::string& why = "") {
     done = true;
+    // Stored before the client can see the end: its next request may continue this response at once.
+    if (store && !client_gone && (end == StreamEnd::kStop || end == StreamEnd::kLength)) keep_response();
     int status = 200;
     if (stream) {
       if (!bytes.empty()) ex->write(std::move(bytes));
@@ -382,6 +392,21 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
     server->http_duration_->observe(rl, e2e);
     server->finish_call(*this);
   }
+
+  // OpenAI's stored conversation: a continuation sees this response's input items, then its output items.
+  void keep_response() {
+    try {
+      std::string body = out->body();
+      const Json response = recipe::parse_json(body);
+      Json conversation = std::move(stored_input);
+      if (auto it = response.find("output"); it != response.end() && it->is_array())
+        for (const auto& item : *it) conversation.push_back(item);
+      if (!server->responses_.put(response_id, {recipe::to_compact_json(conversation), std::move(body)}))
+        DSINFER_LOG_WARN("server: ", response_id, " is larger than --responses-store-bytes; not stored");
+    } catch (const std::exception& e) {
+      DSINFER_LOG_ERROR("server: ", response_id, ": storing the response failed: ", e.what());
+    }
+  }
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -390,7 +415,8 @@ ApiServer::ApiServer(ApiServerOptions options, engine::Engine& engine, const tok
       engine_(engine),
       tokenizer_(tokenizer),
       encoder_(tokenizer),
-      structured_(tokenizer, engine.eos_token_id()) {
+      structured_(tokenizer, engine.eos_token_id()),
+      responses_(options_.responses_store_ttl, options_.responses_store_bytes) {
   DSINFER_CHECK(!options_.model_names.empty(), "server: at least one model name is needed");
   created_unix_ = std::chrono::duration_cast<std::chrono::seconds>(
                       std::chrono::system_clock::now().time_since_epoch()).count();
@@ -442,6 +468,10 @@ void ApiServer::register_metrics() {
               st.timeouts_total.load());
     w.counter("dsinfer_http_bad_requests_total", "Unparsable, oversized or otherwise refused HTTP requests.",
               st.bad_requests_total.load());
+    w.gauge("dsinfer_responses_stored", "Responses kept for previous_response_id and GET /v1/responses/{id}.",
+            static_cast<double>(responses_.size()));
+    w.gauge("dsinfer_responses_stored_bytes", "Bytes of the stored Responses (--responses-store-bytes caps it).",
+            static_cast<double>(responses_.bytes()));
     w.gauge("process_resident_memory_bytes", "Resident memory of the server process.",
             static_cast<double>(resident_bytes()));
     const engine::EngineMetrics m = engine_.metrics();
@@ -547,6 +577,7 @@ void ApiServer::handle(std::shared_ptr<Exchange> ex) {
   }
   if (route == kOther)
     return reply_error(ex, route, 404, core::str_cat("no route for ", req.method, " ", req.path), "not_found");
+  if (route == kStoredResponse) return stored_response(ex);
   if (route == kModels) {
     if (!get) return reply_error(ex, route, 405, "use GET", "method_not_allowed", {{"Allow", "GET"}});
     const bool anthropic = req.has_header("anthropic-version");
@@ -599,6 +630,29 @@ void ApiServer::handle_generation(const std::shared_ptr<Exchange>& ex, int route
   boost::asio::post(*prep_pool_, [this, ex, route] { prepare(ex, route); });
 }
 
+// A stored response by id: GET returns it as it was sent, DELETE removes it (OpenAI's answers and 404s).
+void ApiServer::stored_response(const std::shared_ptr<Exchange>& ex) {
+  const int route = kStoredResponse;
+  const HttpRequest& req = ex->request();
+  std::string_view path = req.path;
+  if (path.back() == '/') path.remove_suffix(1);
+  const std::optional<std::string> id = percent_decode(path.substr(kStoredResponsePrefix.size()));
+  if (!id || id->empty() || id->find('/') != std::string::npos)
+    return reply_error(ex, route, 404, core::str_cat("no route for ", req.method, " ", req.path), "not_found");
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  if (!get && req.method != "DELETE")
+    return reply_error(ex, route, 405, "use GET or DELETE", "method_not_allowed", {{"Allow", "GET, DELETE"}});
+  const std::string not_found = core::str_cat("Response with id '", id->substr(0, 64), "' not found.");
+  if (get) {
+    auto stored = responses_.get(*id);
+    if (!stored) return reply_error(ex, route, 404, not_found, "not_found");
+    return reply_json(ex, route, 200, stored->response);
+  }
+  if (!responses_.erase(*id)) return reply_error(ex, route, 404, not_found, "not_found");
+  reply_json(ex, route, 200,
+             recipe::to_compact_json(Json{{"id", *id}, {"object", "response.deleted"}, {"deleted", true}}));
+}
+
 void ApiServer::check_model(const Json& body) const {
   if (auto m = body.find("model"); m != body.end() && m->is_string()) {
     const std::string name = m->get<std::string>();
@@ -647,7 +701,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
   bool thinking = false;
   try {
     // Parsed, the body is not needed any more: its storage goes now, not when the response ends.
-    const Json body = parse_request_body(ex->take_body());
+    Json body = parse_request_body(ex->take_body());
     check_model(body);
     const std::string model =
         body.contains("model") && body["model"].is_string() ? body["model"].get<std::string>() : options_.model_names.front();
@@ -755,6 +809,30 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
                                         : route == kResponses ? recipe::Protocol::kResponses
                                                               : recipe::Protocol::kMessages;
       call->response_id = (route == kChat ? "chatcmpl-" : route == kResponses ? "resp_" : "msg_") + random_hex(24);
+      if (route == kResponses) {
+        // OpenAI's continuation: the stored conversation (its input and output items, not its
+        // instructions) comes before this request's input.
+        call->store = optional_bool(body, "store").value_or(true) && options_.responses_store_bytes > 0;
+        auto prev = body.find("previous_response_id");
+        const bool continues = prev != body.end() && !prev->is_null();
+        if (continues || call->store) {
+          Json items = input_items(body);
+          if (continues) {
+            if (!prev->is_string())
+              throw_api_error(400, "'previous_response_id' must be a string", "invalid_type", "previous_response_id");
+            const std::string prev_id = prev->get<std::string>();
+            auto stored = responses_.get(prev_id);
+            if (!stored)
+              throw_api_error(404, core::str_cat("Previous response with id '", prev_id.substr(0, 64), "' not found."),
+                              "previous_response_not_found", "previous_response_id");
+            Json conversation = recipe::parse_json(stored->conversation);
+            for (auto& item : items) conversation.push_back(std::move(item));
+            body["input"] = std::move(conversation);
+            body.erase("previous_response_id");
+          }
+          if (call->store) call->stored_input = continues ? body["input"] : std::move(items);
+        }
+      }
       recipe::ConvertedRequest conv = recipe::convert_request(protocol, body, options_.conversion);
       recipe::RenderedPrompt rendered = recipe::render_conversation(conv.request.conversation, options_.prompt_version);
       if (!rendered.image_sources.empty())

@@ -21,6 +21,7 @@
 #include "recipe/prompt_encoder.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/responses_store.h"
 #include "server/structured_output.h"
 
 namespace dsinfer::tokenizer {
@@ -44,6 +45,10 @@ struct ApiServerOptions {
   recipe::PromptVersion prompt_version = recipe::PromptVersion::kV4;
   recipe::ConversionOptions conversion;
   bool separate_usage_chunk = true;  // Chat streaming: OpenAI's usage chunk (false: DeepSeek's shape)
+  // Stored Responses (`store`, `previous_response_id`): kept this long after they finish, within this
+  // many bytes (least recently used dropped first); 0 bytes stores nothing.
+  std::chrono::milliseconds responses_store_ttl = std::chrono::hours(1);
+  int64_t responses_store_bytes = int64_t{256} << 20;
 };
 
 // Why a key cannot serve as the API key ("" when it can): an empty key would leave the server open, and
@@ -79,6 +84,7 @@ class ApiServer {
   void handle_generation(const std::shared_ptr<Exchange>& ex, int route);
   void prepare(const std::shared_ptr<Exchange>& ex, int route);  // on prep_pool_
   void count_tokens(const std::shared_ptr<Exchange>& ex);         // on prep_pool_
+  void stored_response(const std::shared_ptr<Exchange>& ex);      // GET/DELETE /v1/responses/{id}
   void check_model(const recipe::Json& body) const;               // 404 for a model not served
   void submit(const std::shared_ptr<Call>& call, engine::RequestSpec spec);  // on the strand
   void reply_error(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& message,
@@ -100,6 +106,7 @@ class ApiServer {
   std::unique_ptr<boost::asio::thread_pool> prep_pool_;
   std::unique_ptr<HttpServer> http_;
   MetricsRegistry metrics_;
+  ResponsesStore responses_;
   std::atomic<int> active_calls_{0};
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> abort_drain_{false};

@@ -27,6 +27,7 @@ struct CompletionOptions {
   std::vector<std::string> stop;
   bool echo = false;
   std::string prompt_text;  // echoed when echo is set
+  int32_t logprobs = -1;    // -1: none; k >= 0: per-token logprobs with k alternatives
 };
 
 std::unique_ptr<ResponseStream> make_completion_stream(const CompletionOptions& options,

@@ -723,6 +723,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       if (auto s = body.find("suffix"); s != body.end() && !s->is_null())
         throw_api_error(400, "suffix is not supported", "unsupported_parameter", "suffix");
       co.echo = optional_bool(body, "echo").value_or(false);
+      co.skip_special_tokens = optional_bool(body, "skip_special_tokens").value_or(true);
       if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
         co.include_usage = so->value("include_usage", false);
       if (auto st = body.find("stop"); st != body.end() && !st->is_null()) {
@@ -770,7 +771,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       spec.sampling.top_p = conv.request.inference_options.top_p.value_or(1.f);
       call->stream = conv.request.stream;
       call->out = make_recipe_stream(conv, call->response_id, model, call->stream, options_.separate_usage_chunk,
-                                     tokenizer_);
+                                     tokenizer_, optional_bool(body, "skip_special_tokens").value_or(true));
       if (route == kChat) {
         const bool logprobs = optional_bool(body, "logprobs").value_or(false);
         const auto top = optional_number<int64_t>(body, "top_logprobs", 0, engine::kMaxTopLogprobs);

@@ -60,7 +60,7 @@ class StopMatcher {
 class CompletionStream : public ResponseStream {
  public:
   CompletionStream(const CompletionOptions& options, const tokenizer::Tokenizer& tokenizer)
-      : options_(options), tokenizer_(tokenizer), decoder_(tokenizer), stop_(options.stop), created_(recipe::stream::unix_now()) {
+      : options_(options), tokenizer_(tokenizer), decoder_(tokenizer, options.skip_special_tokens), stop_(options.stop), created_(recipe::stream::unix_now()) {
     if (options_.echo) text_ = options_.prompt_text;
     token_offset_ = static_cast<int64_t>(text_.size());
   }
@@ -84,7 +84,8 @@ class CompletionStream : public ResponseStream {
       for (size_t i = 0; i < ids.size(); ++i) {
         append_completion_logprob(all_logprobs_, tokenizer_, ids[i], pending_logprobs_[i], token_offset_);
         append_completion_logprob(unsent_logprobs_, tokenizer_, ids[i], pending_logprobs_[i], token_offset_);
-        token_offset_ += static_cast<int64_t>(tokenizer_.token_bytes(ids[i]).size());
+        if (!(options_.skip_special_tokens && tokenizer_.is_special(ids[i])))
+          token_offset_ += static_cast<int64_t>(tokenizer_.token_bytes(ids[i]).size());
       }
     }
     pending_logprobs_.clear();

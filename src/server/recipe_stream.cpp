@@ -22,15 +22,16 @@ rs::GeneratorOptions generator_options(const recipe::ConvertedRequest& request, 
 class RecipeStream : public ResponseStream {
  public:
   RecipeStream(const recipe::ConvertedRequest& request, const std::string& id, const std::string& model, bool stream,
-               bool separate_usage_chunk, const tokenizer::Tokenizer& tokenizer)
+               bool separate_usage_chunk, const tokenizer::Tokenizer& tokenizer, bool skip_special_tokens)
       : protocol_(request.protocol),
         stream_(stream),
         tokenizer_(tokenizer),
         processor_(rs::make_chunk_generator(request.protocol,
                                             generator_options(request, id, model, separate_usage_chunk)),
                    request.request.parsing_options) {
-    processor_.set_token_decoder(
-        [&tokenizer](std::span<const int32_t> ids) { return tokenizer.decode(ids, /*skip_special_tokens=*/false); });
+    processor_.set_token_decoder([&tokenizer, skip_special_tokens](std::span<const int32_t> ids) {
+      return tokenizer.decode(ids, skip_special_tokens);
+    });
   }
 
   std::string begin(int64_t prompt_tokens, int64_t cached_tokens) override {
@@ -170,8 +171,9 @@ class RecipeStream : public ResponseStream {
 
 std::unique_ptr<ResponseStream> make_recipe_stream(const recipe::ConvertedRequest& request, const std::string& id,
                                                    const std::string& model, bool stream, bool separate_usage_chunk,
-                                                   const tokenizer::Tokenizer& tokenizer) {
-  return std::make_unique<RecipeStream>(request, id, model, stream, separate_usage_chunk, tokenizer);
+                                                   const tokenizer::Tokenizer& tokenizer, bool skip_special_tokens) {
+  return std::make_unique<RecipeStream>(request, id, model, stream, separate_usage_chunk, tokenizer,
+                                        skip_special_tokens);
 }
 
 }  // namespace dsinfer::server

@@ -17,6 +17,9 @@ namespace dsinfer::engine {
 
 using RequestId = uint64_t;
 
+// Largest SamplingParams::top_logprobs accepted (OpenAI's limit).
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
   float top_p = 1.0f;
@@ -34,6 +37,9 @@ struct SamplingParams {
   float presence_penalty = 0.0f;   // [-2, 2]
   float frequency_penalty = 0.0f;  // [-2, 2]
   float repetition_penalty = 1.0f; // (0, 10]; 1 = off
+  // -1: off. 0..20: every new token's TokenEvent carries its log-probability and this many alternatives
+  // (see TokenLogprobs for what the numbers are).
+  int32_t top_logprobs = -1;
   bool adjusts_logits() const {
     return !logit_bias.empty() || presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
   }
@@ -76,6 +82,20 @@ inline RequestSpec fixed_length_greedy(std::vector<int32_t> prompt, int32_t max_
   return s;
 }
 
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+// Log-probabilities of one new token, from the log-softmax of its row's logits after logit_bias,
+// penalties and the structured-output mask, before temperature, top-k, top-p and min-p (OpenAI's
+// definition: the numbers do not depend on the sampling knobs). `top` is the row's most likely tokens
+// by descending logprob, ties to the lower id; tokens the mask forbids (-inf) are never listed.
+struct TokenLogprobs {
+  float logprob = 0;  // of the token drawn
+  std::vector<TokenLogprob> top;
+};
+
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
 
 struct TokenEvent {
@@ -83,6 +103,8 @@ struct TokenEvent {
   // New tokens since the last event (several with speculation). A stop token (EOS or one of
   // stop_token_ids) is not included: it is reported in matched_stop_token with finish == kStop.
   std::vector<int32_t> tokens;
+  // With SamplingParams::top_logprobs >= 0: one entry per element of tokens, in the same order; else empty.
+  std::vector<TokenLogprobs> logprobs;
   FinishReason finish = FinishReason::kNone;  // != kNone on the last event of a request
   int32_t matched_stop_token = -1;
   int64_t prompt_tokens = 0;

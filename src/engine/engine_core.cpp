@@ -839,6 +839,14 @@ void EngineCore::execute(StepPlan& p) {
       e.result = {sample_token(all, r.spec.sampling, r.stream, e.start + e.n_tokens)};
       e.accepted = 0;
     }
+    // Result token i was drawn from row i (an accepted or corrected draft's row, or the bonus row).
+    e.result_logprobs.clear();
+    if (r.spec.sampling.top_logprobs >= 0) {
+      for (size_t i = 0; i < e.result.size(); ++i) {
+        e.result_logprobs.push_back(token_logprobs(all.subspan(i * V, static_cast<size_t>(V)), e.result[i],
+                                                   r.spec.sampling.top_logprobs));
+      }
+    }
     if (constraint != nullptr) {
       DSINFER_CHECK_INTERNAL(e.accepted <= constrained_drafts, "engine: a draft outside the constraint was accepted");
       constraint->rollback(constrained_drafts - e.accepted);
@@ -890,7 +898,7 @@ void EngineCore::abort(StepPlan& p, const std::string& why) {
   }
 }
 
-bool EngineCore::push_token(Request& r, int32_t token) {
+bool EngineCore::push_token(Request& r, int32_t token, TokenLogprobs* logprobs) {
   ++r.generated;
   ++generated_total_;
   const bool stop = (!r.spec.ignore_eos && token == info_.eos_token_id) ||
@@ -903,6 +911,7 @@ bool EngineCore::push_token(Request& r, int32_t token) {
   }
   r.tokens.push_back(token);
   r.out_tokens.push_back(token);
+  if (logprobs != nullptr) r.out_logprobs.push_back(std::move(*logprobs));
   if (r.generated >= r.spec.max_tokens || static_cast<int64_t>(r.tokens.size()) >= info_.max_context) {
     r.finish = FinishReason::kLength;
     return false;
@@ -951,8 +960,8 @@ void EngineCore::apply_entry(StepEntry& e) {
   }
   // Accepted drafts join the tokens first: the blocks they complete are published with them.
   if (e.samples) {
-    for (int32_t t : e.result) {
-      if (!push_token(r, t)) break;
+    for (size_t i = 0; i < e.result.size(); ++i) {
+      if (!push_token(r, e.result[i], i < e.result_logprobs.size() ? &e.result_logprobs[i] : nullptr)) break;
     }
   }
   publish(r);
@@ -1102,6 +1111,8 @@ void EngineCore::queue_event(Request& r, bool final_event) {
   ev.id = r.id;
   ev.tokens = std::move(r.out_tokens);
   r.out_tokens.clear();
+  ev.logprobs = std::move(r.out_logprobs);
+  r.out_logprobs.clear();
   ev.finish = final_event ? r.finish : FinishReason::kNone;
   ev.matched_stop_token = final_event ? r.matched_stop : -1;
   ev.prompt_tokens = r.prompt_len;

@@ -37,6 +37,7 @@ struct StepEntry {
   bool samples = false;  // a new token is drawn after this entry
   std::vector<int32_t> tokens;
   std::vector<int32_t> result;  // drawn tokens (accepted drafts + one)
+  std::vector<TokenLogprobs> result_logprobs;  // per result token, when the request asked for logprobs
   // With logit adjustments (penalties, bias): the tokens before the first sampled row, and how many of
   // them are the prompt.
   std::vector<int32_t> context;
@@ -167,7 +168,8 @@ class EngineCore {
   void queue_event(Request& r, bool final_event);
   void remove_running(Request* r);
   // Appends one drawn token; returns false when the request stopped.
-  bool push_token(Request& r, int32_t token);
+  // logprobs (may be null) is moved into the request with the token.
+  bool push_token(Request& r, int32_t token, TokenLogprobs* logprobs);
 
   std::shared_ptr<ModelRunner> model_;
   ModelInfo info_;

@@ -61,6 +61,7 @@ struct Request {
 
   // Output not yet delivered.
   std::vector<int32_t> out_tokens;
+  std::vector<TokenLogprobs> out_logprobs;  // parallel to out_tokens when spec.sampling.top_logprobs >= 0
   FinishReason finish = FinishReason::kNone;
   int32_t matched_stop = -1;
   std::string error;

@@ -44,6 +44,8 @@ std::string validate_sampling(const SamplingParams& p) {
   if (!(p.presence_penalty >= -2 && p.presence_penalty <= 2)) return "presence_penalty must be in [-2, 2]";
   if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2)) return "frequency_penalty must be in [-2, 2]";
   if (!(p.repetition_penalty > 0 && p.repetition_penalty <= 10)) return "repetition_penalty must be in (0, 10]";
+  if (p.top_logprobs < -1 || p.top_logprobs > kMaxTopLogprobs)
+    return core::str_cat("top_logprobs must be in [0, ", kMaxTopLogprobs, "] (or -1 = off)");
   for (const auto& [token, bias] : p.logit_bias) {
     if (token < 0) return core::str_cat("logit_bias: token ", token, " is negative");
     if (!(bias >= -100 && bias <= 100)) return core::str_cat("logit_bias of token ", token, " must be in [-100, 100]");
@@ -189,6 +191,30 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, con
                      int64_t position) {
   if (is_greedy(p)) return argmax(logits);
   return sample_from(make_distribution(logits, p), stream.uniform(position, DrawPurpose::kSample));
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32_t k) {
+  DSINFER_CHECK(!logits.empty(), "logprobs of an empty logit row");
+  DSINFER_CHECK(token >= 0 && static_cast<size_t>(token) < logits.size(), "logprobs: token ", token,
+                " is outside the vocabulary");
+  const double top = logits[argmax(logits)];
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - top);
+  const double log_z = top + std::log(sum);
+  TokenLogprobs out;
+  out.logprob = static_cast<float>(logits[token] - log_z);
+  if (k <= 0) return out;
+  std::vector<int32_t> ids;
+  ids.reserve(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] != -std::numeric_limits<float>::infinity()) ids.push_back(static_cast<int32_t>(i));
+  }
+  auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const size_t n = std::min(ids.size(), static_cast<size_t>(k));
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), before);
+  out.top.reserve(n);
+  for (size_t i = 0; i < n; ++i) out.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - log_z)});
+  return out;
 }
 
 Verification verify_drafts(std::span<const float> target_logits, int32_t vocab, std::span<const int32_t> drafts,

@@ -67,6 +67,10 @@ int32_t sample_from(const Distribution& d, double u);
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, const TokenStream& stream,
                      int64_t position);
 
+// The logprob of `token` and the k most likely tokens of one (adjusted, masked) logit row; see
+// TokenLogprobs. Computed in double from the row alone, so it is batch invariant.
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32_t k);
+
 // Speculative verification of one request. target_logits has drafts.size()+1 rows: row i is the
 // target's distribution for the position of drafts[i] (the last row is the bonus position). With
 // draft distributions (same rows as drafts) the rule is rejection sampling; draft_dists may be empty

@@ -226,10 +226,6 @@ void refuse_unsupported(int route, const Json& body) {
     throw_api_error(400, core::str_cat("'", key, "' is not supported: this server computes no logprobs"),
                     "unsupported_parameter", key);
   };
-  if (route == kChat) {
-    if (given("logprobs")) refuse_logprobs("logprobs");
-    if (given("top_logprobs")) refuse_logprobs("top_logprobs");
-  }
   if (route == kResponses) {
     if (given("top_logprobs")) refuse_logprobs("top_logprobs");
   }
@@ -302,6 +298,7 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
           server->ttft_->observe({{"route", kRouteNames[route]}},
                                  std::chrono::duration<double>(first_token_at - ex->request().received).count());
         }
+        if (!ev.logprobs.empty()) out->logprobs(ev.logprobs);
         bytes += out->tokens(ev.tokens);
       }
       if (out->finished()) {  // the output ended the response (stop sequence): the engine can stop now
@@ -773,11 +770,14 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
         throw_api_error(400, "only n = 1 is supported", "invalid_value", "n");
       if (auto b = body.find("best_of"); b != body.end() && !b->is_null() && !(b->is_number() && b->get<double>() == 1))
         throw_api_error(400, "best_of is not supported (only best_of = 1)", "unsupported_parameter", "best_of");
-      if (auto lp = body.find("logprobs"); lp != body.end() && !lp->is_null() && !(lp->is_number() && lp->get<double>() == 0))
-        throw_api_error(400, "logprobs are not supported", "unsupported_parameter", "logprobs");
+      if (auto lp = optional_number<int64_t>(body, "logprobs", 0, 5)) {
+        co.logprobs = static_cast<int32_t>(*lp);
+        spec.sampling.top_logprobs = co.logprobs;
+      }
       if (auto s = body.find("suffix"); s != body.end() && !s->is_null())
         throw_api_error(400, "suffix is not supported", "unsupported_parameter", "suffix");
       co.echo = optional_bool(body, "echo").value_or(false);
+      co.skip_special_tokens = optional_bool(body, "skip_special_tokens").value_or(true);
       if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
         co.include_usage = so->value("include_usage", false);
       if (auto st = body.find("stop"); st != body.end() && !st->is_null()) {
@@ -849,7 +849,14 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       spec.sampling.top_p = conv.request.inference_options.top_p.value_or(1.f);
       call->stream = conv.request.stream;
       call->out = make_recipe_stream(conv, call->response_id, model, call->stream, options_.separate_usage_chunk,
-                                     tokenizer_);
+                                     tokenizer_, optional_bool(body, "skip_special_tokens").value_or(true));
+      if (route == kChat) {
+        const bool logprobs = optional_bool(body, "logprobs").value_or(false);
+        const auto top = optional_number<int64_t>(body, "top_logprobs", 0, engine::kMaxTopLogprobs);
+        if (top && !logprobs)
+          throw_api_error(400, "'top_logprobs' requires 'logprobs': true", "invalid_value", "top_logprobs");
+        if (logprobs) spec.sampling.top_logprobs = static_cast<int32_t>(top.value_or(0));
+      }
     }
     // Extensions shared by every route.
     if (auto k = optional_number<int64_t>(body, "top_k", -1, 1 << 20)) spec.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(*k, 0));

@@ -4,6 +4,7 @@
 
 #include "recipe/json_text.h"
 #include "recipe/stream/chunk_generator.h"
+#include "server/logprobs_json.h"
 #include "server/protocol_streams.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -59,8 +60,13 @@ class StopMatcher {
 class CompletionStream : public ResponseStream {
  public:
   CompletionStream(const CompletionOptions& options, const tokenizer::Tokenizer& tokenizer)
-      : options_(options), decoder_(tokenizer), stop_(options.stop), created_(recipe::stream::unix_now()) {
+      : options_(options), tokenizer_(tokenizer), decoder_(tokenizer, options.skip_special_tokens), stop_(options.stop), created_(recipe::stream::unix_now()) {
     if (options_.echo) text_ = options_.prompt_text;
+    token_offset_ = static_cast<int64_t>(text_.size());
+  }
+
+  void logprobs(std::span<const engine::TokenLogprobs> per_token) override {
+    pending_logprobs_.assign(per_token.begin(), per_token.end());
   }
 
   std::string begin(int64_t prompt_tokens, int64_t cached_tokens) override {
@@ -73,6 +79,16 @@ class CompletionStream : public ResponseStream {
   std::string tokens(std::span<const int32_t> ids) override {
     if (finished_) return {};
     completion_tokens_ += static_cast<int64_t>(ids.size());
+    if (options_.logprobs >= 0 && pending_logprobs_.size() == ids.size()) {
+      // text_offset counts each token's bytes from where the completion's text starts (after an echo).
+      for (size_t i = 0; i < ids.size(); ++i) {
+        append_completion_logprob(all_logprobs_, tokenizer_, ids[i], pending_logprobs_[i], token_offset_);
+        append_completion_logprob(unsent_logprobs_, tokenizer_, ids[i], pending_logprobs_[i], token_offset_);
+        if (!(options_.skip_special_tokens && tokenizer_.is_special(ids[i])))
+          token_offset_ += static_cast<int64_t>(tokenizer_.token_bytes(ids[i]).size());
+      }
+    }
+    pending_logprobs_.clear();
     std::string out = stop_.feed(decoder_.step(ids));
     std::string bytes;
     if (!out.empty()) {
@@ -117,7 +133,10 @@ class CompletionStream : public ResponseStream {
 
   std::string body() const override {
     Json j = base();
-    j["choices"] = Json::array({Json{{"text", text_}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}}});
+    j["choices"] = Json::array({Json{{"text", text_},
+                                     {"index", 0},
+                                     {"logprobs", options_.logprobs >= 0 ? all_logprobs_ : Json(nullptr)},
+                                     {"finish_reason", finish_reason_}}});
     j["usage"] = usage();
     return recipe::to_compact_json(j);
   }
@@ -137,15 +156,21 @@ class CompletionStream : public ResponseStream {
                 {"prompt_cache_hit_tokens", cached_tokens_},
                 {"prompt_cache_miss_tokens", std::max<int64_t>(prompt_tokens_ - cached_tokens_, 0)}};
   }
-  std::string chunk(const std::string& text, const char* finish) const {
+  // Streaming: a chunk carries the logprobs of the tokens received since the previous chunk.
+  std::string chunk(const std::string& text, const char* finish) {
     if (!options_.stream) return {};
     Json j = base();
-    j["choices"] = Json::array({Json{{"text", text}, {"index", 0}, {"logprobs", nullptr},
+    Json lp = nullptr;
+    if (options_.logprobs >= 0) {
+      lp = std::move(unsent_logprobs_);
+      unsent_logprobs_ = empty_completion_logprobs();
+    }
+    j["choices"] = Json::array({Json{{"text", text}, {"index", 0}, {"logprobs", std::move(lp)},
                                      {"finish_reason", finish ? Json(finish) : Json(nullptr)}}});
     if (options_.include_usage) j["usage"] = nullptr;
     return "data: " + recipe::to_compact_json(j) + "\n\n";
   }
-  std::string final_frames() const {
+  std::string final_frames() {
     if (!options_.stream) return {};
     std::string out = chunk("", finish_reason_.c_str());
     if (options_.include_usage) {
@@ -158,7 +183,12 @@ class CompletionStream : public ResponseStream {
   }
 
   CompletionOptions options_;
+  const tokenizer::Tokenizer& tokenizer_;
   tokenizer::IncrementalDecoder decoder_;
+  std::vector<engine::TokenLogprobs> pending_logprobs_;
+  Json all_logprobs_ = empty_completion_logprobs();     // the body's
+  Json unsent_logprobs_ = empty_completion_logprobs();  // the next chunk's
+  int64_t token_offset_ = 0;
   StopMatcher stop_;
   int64_t created_;
   std::string text_;

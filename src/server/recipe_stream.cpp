@@ -2,6 +2,7 @@
 // StreamProcessor (output parsing: reasoning, tool calls, stop sequences) and its protocol chunk
 // generator; the server only frames the events as SSE and adds the error events the recipe leaves out.
 #include "recipe/stream/stream_processor.h"
+#include "server/logprobs_json.h"
 #include "server/protocol_streams.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,22 +22,38 @@ rs::GeneratorOptions generator_options(const recipe::ConvertedRequest& request, 
 class RecipeStream : public ResponseStream {
  public:
   RecipeStream(const recipe::ConvertedRequest& request, const std::string& id, const std::string& model, bool stream,
-               bool separate_usage_chunk, const tokenizer::Tokenizer& tokenizer)
+               bool separate_usage_chunk, const tokenizer::Tokenizer& tokenizer, bool skip_special_tokens)
       : protocol_(request.protocol),
         stream_(stream),
+        tokenizer_(tokenizer),
         processor_(rs::make_chunk_generator(request.protocol,
                                             generator_options(request, id, model, separate_usage_chunk)),
                    request.request.parsing_options) {
-    processor_.set_token_decoder(
-        [&tokenizer](std::span<const int32_t> ids) { return tokenizer.decode(ids, /*skip_special_tokens=*/false); });
+    processor_.set_token_decoder([&tokenizer, skip_special_tokens](std::span<const int32_t> ids) {
+      return tokenizer.decode(ids, skip_special_tokens);
+    });
   }
 
   std::string begin(int64_t prompt_tokens, int64_t cached_tokens) override {
     return frames(processor_.push(rs::InferenceChunk::ready(prompt_tokens, cached_tokens)));
   }
 
+  void logprobs(std::span<const engine::TokenLogprobs> per_token) override {
+    pending_logprobs_.assign(per_token.begin(), per_token.end());
+  }
+
   std::string tokens(std::span<const int32_t> ids) override {
-    std::string out = frames(processor_.push_tokens(ids));
+    if (protocol_ == recipe::Protocol::kChatCompletions && pending_logprobs_.size() == ids.size()) {
+      for (size_t i = 0; i < ids.size(); ++i) {
+        Json entry = chat_logprob_entry(tokenizer_, ids[i], pending_logprobs_[i]);
+        all_logprobs_.push_back(entry);
+        unsent_logprobs_.push_back(std::move(entry));
+      }
+    }
+    pending_logprobs_.clear();
+    std::vector<rs::StreamEvent> events = processor_.push_tokens(ids);
+    attach_logprobs(events);
+    std::string out = frames(events);
     if (processor_.finished() && stream_) out += processor_.done_frame();
     return out;
   }
@@ -46,8 +63,10 @@ class RecipeStream : public ResponseStream {
   std::string end(StreamEnd reason, const std::string& error_message) override {
     if (processor_.finished()) return {};
     if (reason == StreamEnd::kStop || reason == StreamEnd::kLength) {
-      std::string out = frames(processor_.push(rs::InferenceChunk::finished(
-          reason == StreamEnd::kLength ? rs::InferenceFinish::kLength : rs::InferenceFinish::kStop)));
+      std::vector<rs::StreamEvent> events = processor_.push(rs::InferenceChunk::finished(
+          reason == StreamEnd::kLength ? rs::InferenceFinish::kLength : rs::InferenceFinish::kStop));
+      attach_logprobs(events);
+      std::string out = frames(events);
       if (stream_) out += processor_.done_frame();
       return out;
     }
@@ -55,7 +74,14 @@ class RecipeStream : public ResponseStream {
     return stream_ ? error_frames(reason, error_message) : std::string();
   }
 
-  std::string body() const override { return recipe::to_compact_json(processor_.response()); }
+  std::string body() const override {
+    Json r = processor_.response();
+    if (!all_logprobs_.empty()) {
+      if (auto c = r.find("choices"); c != r.end() && c->is_array() && !c->empty())
+        (*c)[0]["logprobs"] = Json{{"content", all_logprobs_}, {"refusal", nullptr}};
+    }
+    return recipe::to_compact_json(r);
+  }
 
   int64_t completion_tokens() const override { return processor_.completion_usage().completion_tokens; }
 
@@ -86,6 +112,19 @@ class RecipeStream : public ResponseStream {
     std::string out;
     for (const auto& e : events) out += rs::sse_frame(e);
     return out;
+  }
+
+  // Streaming Chat: the logprobs of the tokens received since the last chunk that carried some ride on
+  // the next chunk with a choice (text the parser holds back, e.g. a possible stop sequence, delays them).
+  void attach_logprobs(std::vector<rs::StreamEvent>& events) {
+    if (unsent_logprobs_.empty() || !stream_) return;
+    for (auto& e : events) {
+      auto c = e.data.find("choices");
+      if (c == e.data.end() || !c->is_array() || c->empty()) continue;
+      (*c)[0]["logprobs"] = Json{{"content", std::move(unsent_logprobs_)}, {"refusal", nullptr}};
+      unsent_logprobs_ = Json::array();
+      return;
+    }
   }
 
   // A stream that cannot end normally ends with the protocol's error event.
@@ -119,6 +158,10 @@ class RecipeStream : public ResponseStream {
 
   recipe::Protocol protocol_;
   bool stream_;
+  const tokenizer::Tokenizer& tokenizer_;
+  std::vector<engine::TokenLogprobs> pending_logprobs_;
+  Json all_logprobs_ = Json::array();     // every token's, for the body
+  Json unsent_logprobs_ = Json::array();  // not yet on a chunk
   rs::StreamProcessor processor_;
   int64_t sequence_ = 0;  // events produced so far (Responses numbers them from 0)
   std::string failed_;
@@ -128,8 +171,9 @@ class RecipeStream : public ResponseStream {
 
 std::unique_ptr<ResponseStream> make_recipe_stream(const recipe::ConvertedRequest& request, const std::string& id,
                                                    const std::string& model, bool stream, bool separate_usage_chunk,
-                                                   const tokenizer::Tokenizer& tokenizer) {
-  return std::make_unique<RecipeStream>(request, id, model, stream, separate_usage_chunk, tokenizer);
+                                                   const tokenizer::Tokenizer& tokenizer, bool skip_special_tokens) {
+  return std::make_unique<RecipeStream>(request, id, model, stream, separate_usage_chunk, tokenizer,
+                                        skip_special_tokens);
 }
 
 }  // namespace dsinfer::server

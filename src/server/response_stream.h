@@ -7,6 +7,8 @@
 #include <span>
 #include <string>
 
+#include "engine/engine.h"
+
 namespace dsinfer::server {
 
 enum class StreamEnd { kStop, kLength, kCancelled, kError };
@@ -18,6 +20,8 @@ class ResponseStream {
   virtual std::string begin(int64_t prompt_tokens, int64_t cached_tokens) = 0;
   // New tokens; returns the SSE bytes they produce (empty when not streaming).
   virtual std::string tokens(std::span<const int32_t> ids) = 0;
+  // The logprobs of the tokens the next tokens() call brings (only for requests that asked for them).
+  virtual void logprobs(std::span<const engine::TokenLogprobs> /*per_token*/) {}
   // True once the output itself ended the response (a stop sequence, the end of a tool-call block):
   // the engine request should be cancelled and end() is not needed.
   virtual bool finished() const = 0;

@@ -98,11 +98,8 @@ test('logit_bias forces a token; penalties are accepted and validated', async ()
 });
 
 // Not implemented, so refused with a 400 naming the parameter, never accepted and ignored.
-test('logprobs and best_of are refused; store is accepted', async () => {
+test('best_of is refused; store is accepted', async () => {
   const refused = [
-    [() => client.chat.completions.create(chat({ max_completion_tokens: 2, logprobs: true })), 'logprobs'],
-    [() => client.chat.completions.create(chat({ max_completion_tokens: 2, logprobs: true, top_logprobs: 3 })), 'logprobs'],
-    [() => client.chat.completions.create(chat({ max_completion_tokens: 2, top_logprobs: 3 })), 'top_logprobs'],
     [() => client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, best_of: 2 }), 'best_of'],
   ];
   for (const [call, param] of refused) {

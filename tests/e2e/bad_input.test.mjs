@@ -89,7 +89,7 @@ const table = [
   ['completions: negative token id', '/v1/completions', { model: MODEL, prompt: [-1] }, 400, 'invalid_prompt'],
   ['completions: two prompts', '/v1/completions', { model: MODEL, prompt: ['a', 'b'] }, 400, 'invalid_prompt'],
   ['completions: prompt is an object', '/v1/completions', { model: MODEL, prompt: { a: 1 } }, 400, 'invalid_type'],
-  ['completions: logprobs', '/v1/completions', { model: MODEL, prompt: 'a', logprobs: 3 }, 400, 'unsupported_parameter'],
+  ['completions: logprobs above 5', '/v1/completions', { model: MODEL, prompt: 'a', logprobs: 6 }, 400, 'invalid_value'],
   ['completions: bad stop', '/v1/completions', { model: MODEL, prompt: 'a', stop: 5 }, 400, 'invalid_type'],
 ];
 

@@ -21,6 +21,7 @@ namespace dsinfer::engine::testing {
 
 struct Outcome {
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;  // with SamplingParams::top_logprobs >= 0
   FinishReason finish = FinishReason::kNone;
   int32_t stop = -1;
   int64_t cached = 0;
@@ -37,6 +38,7 @@ class Collector {
       std::lock_guard<std::mutex> lock(mu_);
       Outcome& o = outcomes_[index];
       o.tokens.insert(o.tokens.end(), e.tokens.begin(), e.tokens.end());
+      o.logprobs.insert(o.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
       ++o.events;
       o.cached = e.cached_tokens;
       o.prompt = e.prompt_tokens;

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "tokenizer/utf8.h"
+
 namespace dsinfer::recipe::stream {
 namespace {
 
@@ -14,24 +16,6 @@ int hex_value(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // Reads \uXXXX at esc[pos]; -1 when it is not one (yet).
@@ -86,15 +70,16 @@ std::string decode_escape(const std::string& esc) {
   if (first >= 0xD800 && first <= 0xDBFF) {
     const int64_t second = read_u_escape(esc, 6);
     if (second >= 0xDC00 && second <= 0xDFFF && esc.size() == 12) {
-      append_utf8(0x10000 + ((static_cast<uint32_t>(first) - 0xD800) << 10) + (static_cast<uint32_t>(second) - 0xDC00),
-                  out);
+      const uint32_t cp = 0x10000 + ((static_cast<uint32_t>(first) - 0xD800) << 10) +
+                          (static_cast<uint32_t>(second) - 0xDC00);
+      tokenizer::utf8::append_codepoint(static_cast<char32_t>(cp), out);
       return out;
     }
     return esc;
   }
   if (first >= 0xDC00 && first <= 0xDFFF) return esc;
   if (esc.size() != 6) return esc;
-  append_utf8(static_cast<uint32_t>(first), out);
+  tokenizer::utf8::append_codepoint(static_cast<char32_t>(first), out);
   return out;
 }
 

@@ -75,11 +75,9 @@ class Builder {
     norm(prefix + "norm.weight", out_dim);
   }
 
-  // The V4.1 block (model-v41.md §4.2): what a layer holds follows its roles.
-  void block_v41(int64_t L) {
-    layer_ = L;
-    const LayerRoles& roles = c_.layer_roles(L);
-    const std::string p = c_.layer_prefix(L);
+  // What every V4-family block starts with (model-v4.md §4.2, model-v41.md §4.2 keep it): norms, the
+  // two mHC mixes and the attention's own projections.
+  void block_norms_and_attention(const std::string& p) {
     const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, hd = c_.head_dim;
     const WeightStorage lin = c_.linear_storage;
     norm(p + "attn_norm.weight", d);
@@ -96,6 +94,17 @@ class Builder {
     norm(a + "kv_norm.weight", hd);
     linear(a + "wo_a", c_.o_groups * c_.o_lora_rank, nh * hd / c_.o_groups, lin);
     linear(a + "wo_b", d, c_.o_groups * c_.o_lora_rank, lin);
+  }
+
+  // The V4.1 block (model-v41.md §4.2): what a layer holds follows its roles.
+  void block_v41(int64_t L) {
+    layer_ = L;
+    const LayerRoles& roles = c_.layer_roles(L);
+    const std::string p = c_.layer_prefix(L);
+    const int64_t d = c_.hidden_size, hd = c_.head_dim;
+    const WeightStorage lin = c_.linear_storage;
+    block_norms_and_attention(p);
+    const std::string a = p + "attn.";
     const std::string ix = a + "indexer.";
     if (roles.owns_compressor) {  // §2.6: no ape, no overlap; wgate only for ratio 2; the index keys' wk
       const std::string cp = a + "compressor.";
@@ -157,22 +166,10 @@ class Builder {
     }
     layer_ = L;
     const std::string p = c_.layer_prefix(L);
-    const int64_t d = c_.hidden_size, nh = c_.num_attention_heads, hd = c_.head_dim;
+    const int64_t d = c_.hidden_size, hd = c_.head_dim;
     const WeightStorage lin = c_.linear_storage;
-    norm(p + "attn_norm.weight", d);
-    norm(p + "ffn_norm.weight", d);
-    hc(p + "hc_attn", c_.hc_mix_dim(), 3);
-    hc(p + "hc_ffn", c_.hc_mix_dim(), 3);
-
+    block_norms_and_attention(p);
     const std::string a = p + "attn.";
-    tensor(a + "attn_sink", DType::kF32, {nh}, TensorKind::kAttnSink);
-    linear(a + "wq_a", c_.q_lora_rank, d, lin);
-    norm(a + "q_norm.weight", c_.q_lora_rank);
-    linear(a + "wq_b", nh * hd, c_.q_lora_rank, lin);
-    linear(a + "wkv", hd, d, lin);
-    norm(a + "kv_norm.weight", hd);
-    linear(a + "wo_a", c_.o_groups * c_.o_lora_rank, nh * hd / c_.o_groups, lin);
-    linear(a + "wo_b", d, c_.o_groups * c_.o_lora_rank, lin);
     const int64_t ratio = c_.compress_ratio(L);
     if (ratio != 0) compressor(a + "compressor.", ratio, hd);
     if (ratio == 4) {

@@ -1,21 +1,11 @@
 // Request parameters of the OpenAI API that the official client sends and users rely on, checked against
 // the real server: each is honoured (or refused with a 400), never accepted and ignored.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, MODEL, npm } from './harness.mjs';
+import { openaiServerForFile, MODEL } from './harness.mjs';
 
-const OpenAI = npm('openai');
 
-let server;
-let client;
-before(async () => {
-  server = await startServer();
-  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
-});
-after(async () => {
-  const { code } = await server.stop();
-  assert.equal(code, 0, `server exit code\n${server.stderr()}`);
-});
+const file = openaiServerForFile();
 
 const chat = (extra) => ({
   model: MODEL, temperature: 0, thinking: { type: 'disabled' }, ignore_eos: true,
@@ -23,18 +13,18 @@ const chat = (extra) => ({
 });
 
 test('max_completion_tokens limits the completion', async () => {
-  const r = await client.chat.completions.create(chat({ max_completion_tokens: 3 }));
+  const r = await file.client.chat.completions.create(chat({ max_completion_tokens: 3 }));
   assert.equal(r.choices[0].finish_reason, 'length');
   assert.equal(r.usage.completion_tokens, 3);
 });
 
 test('max_completion_tokens wins over the deprecated max_tokens', async () => {
-  const r = await client.chat.completions.create(chat({ max_tokens: 9, max_completion_tokens: 4 }));
+  const r = await file.client.chat.completions.create(chat({ max_tokens: 9, max_completion_tokens: 4 }));
   assert.equal(r.usage.completion_tokens, 4);
 });
 
 test('max_completion_tokens limits a streamed completion', async () => {
-  const stream = await client.chat.completions.create(chat({ max_completion_tokens: 5, stream: true,
+  const stream = await file.client.chat.completions.create(chat({ max_completion_tokens: 5, stream: true,
     stream_options: { include_usage: true } }));
   let usage;
   for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
@@ -43,7 +33,7 @@ test('max_completion_tokens limits a streamed completion', async () => {
 });
 
 test('max_completion_tokens is validated like max_tokens', async () => {
-  await assert.rejects(client.chat.completions.create(chat({ max_completion_tokens: 0 })),
+  await assert.rejects(file.client.chat.completions.create(chat({ max_completion_tokens: 0 })),
     (e) => e.status === 400 && /max_completion_tokens/.test(e.message));
 });
 
@@ -51,7 +41,7 @@ test('max_completion_tokens is validated like max_tokens', async () => {
 // usage anywhere when it is not.
 test('streamed usage comes in a separate final chunk, only when asked for', async () => {
   for (const includeUsage of [true, false]) {
-    const stream = await client.chat.completions.create(chat({ max_completion_tokens: 4, stream: true,
+    const stream = await file.client.chat.completions.create(chat({ max_completion_tokens: 4, stream: true,
       ...(includeUsage ? { stream_options: { include_usage: true } } : {}) }));
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
@@ -73,26 +63,26 @@ test('streamed usage comes in a separate final chunk, only when asked for', asyn
 // logit_bias is honoured: a +100 bias makes one token the certain choice of every step.
 test('logit_bias forces a token; penalties are accepted and validated', async () => {
   const forced = 1000;
-  const r = await client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 5, temperature: 0,
+  const r = await file.client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 5, temperature: 0,
     ignore_eos: true, logit_bias: { [forced]: 100 } });
-  const tokens = (await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+  const tokens = (await fetch(`${file.server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 5, temperature: 0, ignore_eos: true,
       logit_bias: { [forced]: 100 } }) }).then((x) => x.json()));
   assert.equal(r.usage.completion_tokens, 5);
   assert.equal(tokens.choices[0].text, r.choices[0].text, 'deterministic');
-  const plain = await client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 5, temperature: 0,
+  const plain = await file.client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 5, temperature: 0,
     ignore_eos: true });
   assert.notEqual(plain.choices[0].text, r.choices[0].text, 'the bias changed the output');
   // The same text as the forced token repeated: decode it once through a one-token completion.
-  const one = await client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 1, temperature: 0,
+  const one = await file.client.completions.create({ model: MODEL, prompt: [0, 19923, 14], max_tokens: 1, temperature: 0,
     ignore_eos: true, logit_bias: { [forced]: 100 } });
   assert.equal(r.choices[0].text, one.choices[0].text.repeat(5));
-  const p = await client.chat.completions.create(chat({ max_completion_tokens: 6, presence_penalty: 1.5,
+  const p = await file.client.chat.completions.create(chat({ max_completion_tokens: 6, presence_penalty: 1.5,
     frequency_penalty: 1.0 }));
   assert.equal(p.usage.completion_tokens, 6);
   for (const bad of [{ presence_penalty: 3 }, { frequency_penalty: -2.5 }, { logit_bias: { abc: 1 } },
     { logit_bias: { 5: 101 } }, { logit_bias: { 99999999: 1 } }]) {
-    await assert.rejects(client.chat.completions.create(chat({ max_completion_tokens: 2, ...bad })),
+    await assert.rejects(file.client.chat.completions.create(chat({ max_completion_tokens: 2, ...bad })),
       (e) => e.status === 400, JSON.stringify(bad));
   }
 });
@@ -100,20 +90,20 @@ test('logit_bias forces a token; penalties are accepted and validated', async ()
 // Not implemented, so refused with a 400 naming the parameter, never accepted and ignored.
 test('best_of is refused; store is accepted', async () => {
   const refused = [
-    [() => client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, best_of: 2 }), 'best_of'],
+    [() => file.client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, best_of: 2 }), 'best_of'],
   ];
   for (const [call, param] of refused) {
     await assert.rejects(call(), (e) => e.status === 400 && e.code === 'unsupported_parameter' && e.param === param &&
       e.message.includes(param), param);
   }
-  const off = await client.chat.completions.create(chat({ max_completion_tokens: 2, logprobs: false }));
+  const off = await file.client.chat.completions.create(chat({ max_completion_tokens: 2, logprobs: false }));
   assert.equal(off.choices[0].logprobs, null);
-  const one = await client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, best_of: 1 });
+  const one = await file.client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, best_of: 1 });
   assert.equal(one.choices.length, 1);
   for (const store of [false, true]) {
-    const r = await client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 16, store });
+    const r = await file.client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 16, store });
     assert.equal(r.status === 'completed' || r.status === 'incomplete', true, r.status);
   }
-  await assert.rejects(client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 16, store: 'yes' }),
+  await assert.rejects(file.client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 16, store: 'yes' }),
     (e) => e.status === 400 && e.param === 'store');
 });

@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import assert from 'node:assert/strict';
+import { before, after } from 'node:test';
 
 export const MODEL = 'tiny-e2e';
 
@@ -139,4 +140,20 @@ export function rawExchange(port, chunks, { timeoutMs = 30000, delayMs = 0 } = {
 export function statusOf(raw) {
   const m = raw.match(/^HTTP\/1\.[01] (\d{3})/);
   return m ? Number(m[1]) : 0;
+}
+
+// One server for a whole test file, with the official OpenAI client on it: `file.server` and
+// `file.client` are set before the first test; after the last one the server must exit with 0.
+export function openaiServerForFile(args = [], { timeout = 120000 } = {}) {
+  const file = { server: null, client: null };
+  before(async () => {
+    file.server = await startServer(args);
+    const OpenAI = npm('openai');
+    file.client = new OpenAI({ baseURL: `${file.server.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout });
+  });
+  after(async () => {
+    const { code } = await file.server.stop();
+    assert.equal(code, 0, `server exit code\n${file.server.stderr()}`);
+  });
+  return file;
 }

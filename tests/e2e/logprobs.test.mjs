@@ -1,22 +1,12 @@
 // Logprobs against the real server with the official client: the Chat and legacy Completions shapes
 // (non-streaming and streamed), sanity of the numbers (probabilities at most 1 and summing to at most 1, the greedy
 // choice is the best alternative) and the range check.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, MODEL, npm } from './harness.mjs';
+import { openaiServerForFile, MODEL } from './harness.mjs';
 
-const OpenAI = npm('openai');
 
-let server;
-let client;
-before(async () => {
-  server = await startServer();
-  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
-});
-after(async () => {
-  const { code } = await server.stop();
-  assert.equal(code, 0, `server exit code\n${server.stderr()}`);
-});
+const file = openaiServerForFile();
 
 const completion = (extra) => ({
   model: MODEL, prompt: 'Once upon a time', temperature: 0, max_tokens: 6, ignore_eos: true, ...extra,
@@ -41,7 +31,7 @@ function checkTokenLogprobs(lp, k, n) {
 }
 
 test('completions: logprobs k gives tokens, token_logprobs, top_logprobs and text_offset', async () => {
-  const r = await client.completions.create(completion({ logprobs: 3 }));
+  const r = await file.client.completions.create(completion({ logprobs: 3 }));
   assert.equal(r.usage.completion_tokens, 6);
   checkTokenLogprobs(r.choices[0].logprobs, 3, 6);
   assert.equal(r.choices[0].logprobs.text_offset[0], 0);
@@ -50,16 +40,16 @@ test('completions: logprobs k gives tokens, token_logprobs, top_logprobs and tex
 });
 
 test('completions: logprobs 0 gives the chosen tokens only; none when not asked for', async () => {
-  const r = await client.completions.create(completion({ logprobs: 0 }));
+  const r = await file.client.completions.create(completion({ logprobs: 0 }));
   checkTokenLogprobs(r.choices[0].logprobs, 0, 6);
   for (const top of r.choices[0].logprobs.top_logprobs) assert.deepEqual(top, {});
-  const off = await client.completions.create(completion({}));
+  const off = await file.client.completions.create(completion({}));
   assert.equal(off.choices[0].logprobs, null);
 });
 
 test('completions: streamed logprobs match the non-streamed ones', async () => {
-  const whole = await client.completions.create(completion({ logprobs: 2 }));
-  const stream = await client.completions.create(completion({ logprobs: 2, stream: true }));
+  const whole = await file.client.completions.create(completion({ logprobs: 2 }));
+  const stream = await file.client.completions.create(completion({ logprobs: 2, stream: true }));
   const merged = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   for await (const chunk of stream) {
     const lp = chunk.choices[0]?.logprobs;
@@ -70,7 +60,7 @@ test('completions: streamed logprobs match the non-streamed ones', async () => {
 });
 
 test('completions: logprobs outside 0..5 is a 400', async () => {
-  await assert.rejects(client.completions.create(completion({ logprobs: 6 })),
+  await assert.rejects(file.client.completions.create(completion({ logprobs: 6 })),
     (e) => e.status === 400 && /logprobs/.test(e.message));
 });
 
@@ -98,28 +88,28 @@ function checkChatLogprobs(content, k, n) {
 }
 
 test('chat: logprobs with top_logprobs, in OpenAI\'s shape', async () => {
-  const r = await client.chat.completions.create(chat({ logprobs: true, top_logprobs: 4 }));
+  const r = await file.client.chat.completions.create(chat({ logprobs: true, top_logprobs: 4 }));
   assert.equal(r.usage.completion_tokens, 6);
   checkChatLogprobs(r.choices[0].logprobs.content, 4, 6);
-  const bare = await client.chat.completions.create(chat({ logprobs: true }));
+  const bare = await file.client.chat.completions.create(chat({ logprobs: true }));
   checkChatLogprobs(bare.choices[0].logprobs.content, 0, 6);
   assert.deepEqual(bare.choices[0].logprobs.content.map((e) => e.logprob),
     r.choices[0].logprobs.content.map((e) => e.logprob));
 });
 
 test('chat: streamed logprobs add up to the non-streamed ones', async () => {
-  const whole = await client.chat.completions.create(chat({ logprobs: true, top_logprobs: 2 }));
-  const stream = await client.chat.completions.create(chat({ logprobs: true, top_logprobs: 2, stream: true }));
+  const whole = await file.client.chat.completions.create(chat({ logprobs: true, top_logprobs: 2 }));
+  const stream = await file.client.chat.completions.create(chat({ logprobs: true, top_logprobs: 2, stream: true }));
   const merged = [];
   for await (const chunk of stream) merged.push(...(chunk.choices[0]?.logprobs?.content ?? []));
   assert.deepEqual(merged, whole.choices[0].logprobs.content);
 });
 
 test('chat: top_logprobs is validated and needs logprobs', async () => {
-  await assert.rejects(client.chat.completions.create(chat({ logprobs: true, top_logprobs: 21 })),
+  await assert.rejects(file.client.chat.completions.create(chat({ logprobs: true, top_logprobs: 21 })),
     (e) => e.status === 400 && e.param === 'top_logprobs');
-  await assert.rejects(client.chat.completions.create(chat({ top_logprobs: 3 })),
+  await assert.rejects(file.client.chat.completions.create(chat({ top_logprobs: 3 })),
     (e) => e.status === 400 && e.param === 'top_logprobs');
-  const off = await client.chat.completions.create(chat({ logprobs: false }));
+  const off = await file.client.chat.completions.create(chat({ logprobs: false }));
   assert.equal(off.choices[0].logprobs, null);
 });

@@ -1,21 +1,12 @@
 // The official `openai` npm client against the real server: Chat Completions and Responses, streaming
 // and not, thinking on and off, plus the legacy Completions route through raw fetch.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, MODEL, npm } from './harness.mjs';
+import { openaiServerForFile, MODEL, npm } from './harness.mjs';
 
 const OpenAI = npm('openai');
 
-let server;
-let client;
-before(async () => {
-  server = await startServer();
-  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
-});
-after(async () => {
-  const { code } = await server.stop();
-  assert.equal(code, 0, `server exit code\n${server.stderr()}`);
-});
+const file = openaiServerForFile();
 
 function checkChatUsage(usage, maxTokens) {
   assert.ok(usage, 'usage is present');
@@ -27,7 +18,7 @@ function checkChatUsage(usage, maxTokens) {
 }
 
 test('chat completion, not streamed, thinking off', async () => {
-  const r = await client.chat.completions.create({
+  const r = await file.client.chat.completions.create({
     model: MODEL, max_tokens: 12, temperature: 0,
     messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello.' }],
     thinking: { type: 'disabled' },
@@ -46,7 +37,7 @@ test('chat completion, not streamed, thinking off', async () => {
 });
 
 test('chat completion, not streamed, thinking on (default)', async () => {
-  const r = await client.chat.completions.create({
+  const r = await file.client.chat.completions.create({
     model: MODEL, max_tokens: 10, messages: [{ role: 'user', content: 'Think, then answer.' }], seed: 7,
   });
   const m = r.choices[0].message;
@@ -56,7 +47,7 @@ test('chat completion, not streamed, thinking on (default)', async () => {
 });
 
 test('chat completion, streamed, with usage', async () => {
-  const stream = await client.chat.completions.create({
+  const stream = await file.client.chat.completions.create({
     model: MODEL, max_tokens: 16, stream: true, stream_options: { include_usage: true },
     messages: [{ role: 'user', content: 'Count to five.' }], thinking: { type: 'disabled' },
   });
@@ -85,7 +76,7 @@ test('chat completion, streamed, with usage', async () => {
 
 test('chat completion, streamed, the same seed gives the same text', async () => {
   const run = async () => {
-    const s = await client.chat.completions.create({
+    const s = await file.client.chat.completions.create({
       model: MODEL, max_tokens: 8, stream: true, seed: 1234, temperature: 1,
       messages: [{ role: 'user', content: 'Pick a word.' }], thinking: { type: 'disabled' },
     });
@@ -97,7 +88,7 @@ test('chat completion, streamed, the same seed gives the same text', async () =>
 });
 
 test('chat completion with tools parses in the client', async () => {
-  const r = await client.chat.completions.create({
+  const r = await file.client.chat.completions.create({
     model: MODEL, max_tokens: 8, thinking: { type: 'disabled' },
     messages: [{ role: 'user', content: 'Weather in Paris?' }],
     tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
@@ -107,7 +98,7 @@ test('chat completion with tools parses in the client', async () => {
 });
 
 test('responses, not streamed', async () => {
-  const r = await client.responses.create({ model: MODEL, input: 'Say hi.', max_output_tokens: 10, reasoning: { effort: 'none' } });
+  const r = await file.client.responses.create({ model: MODEL, input: 'Say hi.', max_output_tokens: 10, reasoning: { effort: 'none' } });
   assert.equal(r.object, 'response');
   assert.ok(['completed', 'incomplete'].includes(r.status), r.status);
   if (r.status === 'incomplete') assert.equal(r.incomplete_details.reason, 'max_output_tokens');
@@ -119,7 +110,7 @@ test('responses, not streamed', async () => {
 });
 
 test('responses, streamed, thinking on', async () => {
-  const stream = await client.responses.create({ model: MODEL, input: [{ role: 'user', content: 'Explain.' }], max_output_tokens: 12, stream: true });
+  const stream = await file.client.responses.create({ model: MODEL, input: [{ role: 'user', content: 'Explain.' }], max_output_tokens: 12, stream: true });
   const types = [];
   let seq = -1;
   let final = null;
@@ -137,14 +128,14 @@ test('responses, streamed, thinking on', async () => {
 });
 
 test('responses stream helper reaches a final response', async () => {
-  const stream = client.responses.stream({ model: MODEL, input: 'Hi', max_output_tokens: 6, reasoning: { effort: 'none' } });
+  const stream = file.client.responses.stream({ model: MODEL, input: 'Hi', max_output_tokens: 6, reasoning: { effort: 'none' } });
   const final = await stream.finalResponse();
   assert.ok(['completed', 'incomplete'].includes(final.status));
   assert.ok(final.usage.output_tokens > 0);
 });
 
 test('legacy completions: text prompt, token-id prompt, streamed', async () => {
-  const post = (body) => fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const post = (body) => fetch(`${file.server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   let r = await post({ model: MODEL, prompt: 'Once upon a time', max_tokens: 5, temperature: 0 });
   assert.equal(r.status, 200);
   let j = await r.json();
@@ -160,7 +151,7 @@ test('legacy completions: text prompt, token-id prompt, streamed', async () => {
   assert.equal(j.usage.completion_tokens, 4, 'ignore_eos runs to max_tokens');
   assert.equal(j.choices[0].finish_reason, 'length');
 
-  const c = await client.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 6, stream: true, stream_options: { include_usage: true }, ignore_eos: true });
+  const c = await file.client.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 6, stream: true, stream_options: { include_usage: true }, ignore_eos: true });
   let usage = null;
   let finish = null;
   for await (const chunk of c) {
@@ -172,27 +163,27 @@ test('legacy completions: text prompt, token-id prompt, streamed', async () => {
 });
 
 test('models list and retrieve', async () => {
-  const list = await client.models.list();
+  const list = await file.client.models.list();
   const ids = [];
   for await (const m of list) ids.push(m.id);
   assert.deepEqual(ids, [MODEL]);
-  const m = await client.models.retrieve(MODEL);
+  const m = await file.client.models.retrieve(MODEL);
   assert.equal(m.id, MODEL);
-  await assert.rejects(client.models.retrieve('nope'), (e) => e.status === 404);
+  await assert.rejects(file.client.models.retrieve('nope'), (e) => e.status === 404);
 });
 
 test('unknown model is a 404 in OpenAI shape', async () => {
   await assert.rejects(
-    client.chat.completions.create({ model: 'gpt-nothing', messages: [{ role: 'user', content: 'x' }] }),
+    file.client.chat.completions.create({ model: 'gpt-nothing', messages: [{ role: 'user', content: 'x' }] }),
     (e) => e.status === 404 && e.error?.code === 'model_not_found' && typeof e.error?.message === 'string');
 });
 
 test('a bad request is a 400 BadRequestError with the recipe message', async () => {
   await assert.rejects(
-    client.chat.completions.create({ model: MODEL, messages: [] }),
+    file.client.chat.completions.create({ model: MODEL, messages: [] }),
     (e) => e instanceof OpenAI.BadRequestError && /Empty input messages/.test(e.message) && e.error?.type === 'invalid_request_error');
   await assert.rejects(
-    client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], temperature: 7 }),
+    file.client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }], temperature: 7 }),
     (e) => e.status === 400 && /temperature/.test(e.message));
 });
 
@@ -201,13 +192,13 @@ test('a repeated long prompt reports prefix-cache hits in usage and /metrics', a
     model: MODEL, max_tokens: 2, thinking: { type: 'disabled' },
     messages: [{ role: 'system', content: 'You are a helpful assistant. '.repeat(60) }, { role: 'user', content: 'hi' }],
   };
-  const first = await client.chat.completions.create(req);
-  const second = await client.chat.completions.create(req);
+  const first = await file.client.chat.completions.create(req);
+  const second = await file.client.chat.completions.create(req);
   assert.ok(first.usage.prompt_tokens > 256, `prompt ${first.usage.prompt_tokens}`);
   assert.equal(second.usage.prompt_tokens, first.usage.prompt_tokens);
   assert.ok(second.usage.prompt_tokens_details.cached_tokens > 0, 'the second request hits the prefix cache');
   assert.equal(second.usage.prompt_cache_hit_tokens, second.usage.prompt_tokens_details.cached_tokens);
-  const r = await fetch(`${server.url}/metrics`);
+  const r = await fetch(`${file.server.url}/metrics`);
   const text = await r.text();
   const hits = [...text.matchAll(/^dsinfer_prompt_cache_hit_tokens_total\{route="\/v1\/chat\/completions"\} (\d+)/gm)];
   assert.ok(hits.length === 1 && Number(hits[0][1]) >= second.usage.prompt_cache_hit_tokens);

@@ -1,22 +1,13 @@
 // Stored Responses against the real server with the official client: `store` (default true),
 // `previous_response_id` (the stored input and output come before the new input; instructions do not),
 // GET and DELETE /v1/responses/{id}, and OpenAI's 404 for an id that cannot be continued.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, MODEL, npm, metrics } from './harness.mjs';
+import { openaiServerForFile, startServer, MODEL, npm, metrics } from './harness.mjs';
 
 const OpenAI = npm('openai');
 
-let server;
-let client;
-before(async () => {
-  server = await startServer();
-  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
-});
-after(async () => {
-  const { code } = await server.stop();
-  assert.equal(code, 0, `server exit code\n${server.stderr()}`);
-});
+const file = openaiServerForFile();
 
 // Fixed sampling, so that the same prompt gives the same output.
 const params = { model: MODEL, max_output_tokens: 8, temperature: 0, seed: 7, ignore_eos: true };
@@ -24,7 +15,7 @@ const notFound = (id) => (e) => e.status === 404 && e.code === 'previous_respons
   e.param === 'previous_response_id' && e.message.includes(id);
 
 async function streamed(body) {
-  const stream = await client.responses.create({ ...body, stream: true });
+  const stream = await file.client.responses.create({ ...body, stream: true });
   let final = null;
   for await (const ev of stream) if (ev.type === 'response.completed' || ev.type === 'response.incomplete') final = ev.response;
   assert.ok(final, 'a final response event');
@@ -32,12 +23,12 @@ async function streamed(body) {
 }
 
 test('a continuation renders the same prompt as sending the whole conversation', async () => {
-  const first = await client.responses.create({ ...params, instructions: 'Answer in one word.', input: 'Count to three.' });
+  const first = await file.client.responses.create({ ...params, instructions: 'Answer in one word.', input: 'Count to three.' });
   assert.ok(first.id.startsWith('resp_'));
   assert.ok(first.output.length > 0);
-  const next = await client.responses.create({ ...params, previous_response_id: first.id, input: 'Now to four.' });
+  const next = await file.client.responses.create({ ...params, previous_response_id: first.id, input: 'Now to four.' });
   // By hand: the first input, its output items as returned, the new input; no instructions (not carried over).
-  const whole = await client.responses.create({
+  const whole = await file.client.responses.create({
     ...params, store: false,
     input: [{ role: 'user', content: 'Count to three.' }, ...first.output, { role: 'user', content: 'Now to four.' }],
   });
@@ -47,8 +38,8 @@ test('a continuation renders the same prompt as sending the whole conversation',
   assert.equal(next.output_text, whole.output_text);
 
   // A third turn chains through both (the continuation was stored in turn).
-  const third = await client.responses.create({ ...params, previous_response_id: next.id, input: 'And five.' });
-  const wholeThird = await client.responses.create({
+  const third = await file.client.responses.create({ ...params, previous_response_id: next.id, input: 'And five.' });
+  const wholeThird = await file.client.responses.create({
     ...params, store: false,
     input: [{ role: 'user', content: 'Count to three.' }, ...first.output, { role: 'user', content: 'Now to four.' },
       ...next.output, { role: 'user', content: 'And five.' }],
@@ -60,7 +51,7 @@ test('a continuation renders the same prompt as sending the whole conversation',
 test('a streamed response is stored and can be continued, streamed or not', async () => {
   const first = await streamed({ ...params, input: [{ role: 'user', content: 'Name a colour.' }] });
   const next = await streamed({ ...params, previous_response_id: first.id, input: 'Another one.' });
-  const whole = await client.responses.create({
+  const whole = await file.client.responses.create({
     ...params, store: false,
     input: [{ role: 'user', content: 'Name a colour.' }, ...first.output, { role: 'user', content: 'Another one.' }],
   });
@@ -70,35 +61,35 @@ test('a streamed response is stored and can be continued, streamed or not', asyn
 });
 
 test('an unknown id is a 404 previous_response_not_found', async () => {
-  await assert.rejects(client.responses.create({ ...params, previous_response_id: 'resp_unknown0123', input: 'Hi.' }),
+  await assert.rejects(file.client.responses.create({ ...params, previous_response_id: 'resp_unknown0123', input: 'Hi.' }),
     notFound('resp_unknown0123'));
-  await assert.rejects(client.responses.retrieve('resp_unknown0123'), (e) => e.status === 404);
-  await assert.rejects(client.responses.delete('resp_unknown0123'), (e) => e.status === 404);
-  await assert.rejects(client.responses.create({ ...params, previous_response_id: 42, input: 'Hi.' }),
+  await assert.rejects(file.client.responses.retrieve('resp_unknown0123'), (e) => e.status === 404);
+  await assert.rejects(file.client.responses.delete('resp_unknown0123'), (e) => e.status === 404);
+  await assert.rejects(file.client.responses.create({ ...params, previous_response_id: 42, input: 'Hi.' }),
     (e) => e.status === 400 && e.param === 'previous_response_id');
 });
 
 test('a store:false response cannot be continued or retrieved', async () => {
-  const r = await client.responses.create({ ...params, store: false, input: 'Hi.' });
-  await assert.rejects(client.responses.create({ ...params, previous_response_id: r.id, input: 'Again.' }),
+  const r = await file.client.responses.create({ ...params, store: false, input: 'Hi.' });
+  await assert.rejects(file.client.responses.create({ ...params, previous_response_id: r.id, input: 'Again.' }),
     notFound(r.id));
-  await assert.rejects(client.responses.retrieve(r.id), (e) => e.status === 404);
+  await assert.rejects(file.client.responses.retrieve(r.id), (e) => e.status === 404);
 });
 
 test('GET returns the stored response; DELETE removes it', async () => {
-  const r = await client.responses.create({ ...params, input: 'Say hi.' });
-  const got = await client.responses.retrieve(r.id);
+  const r = await file.client.responses.create({ ...params, input: 'Say hi.' });
+  const got = await file.client.responses.retrieve(r.id);
   assert.equal(got.id, r.id);
   assert.deepEqual(got.output, r.output);
   assert.deepEqual(got.usage, r.usage);
-  const m = await metrics(server);
+  const m = await metrics(file.server);
   assert.ok(m.get('dsinfer_responses_stored') >= 1);
   assert.ok(m.get('dsinfer_responses_stored_bytes') > 0);
-  await client.responses.delete(r.id);
-  await assert.rejects(client.responses.retrieve(r.id), (e) => e.status === 404);
-  await assert.rejects(client.responses.create({ ...params, previous_response_id: r.id, input: 'Again.' }),
+  await file.client.responses.delete(r.id);
+  await assert.rejects(file.client.responses.retrieve(r.id), (e) => e.status === 404);
+  await assert.rejects(file.client.responses.create({ ...params, previous_response_id: r.id, input: 'Again.' }),
     notFound(r.id));
-  const post = await fetch(`${server.url}/v1/responses/${r.id}`, { method: 'PUT' });
+  const post = await fetch(`${file.server.url}/v1/responses/${r.id}`, { method: 'PUT' });
   assert.equal(post.status, 405);
 });
 

@@ -3,24 +3,15 @@
 // validates against its schema with an independent validator (ajv + ajv-formats), and every output cut
 // by max_tokens is still a prefix the grammar allowed (checked by the stop cases). Leaves are bounded
 // (enums, lengths, integer ranges, item counts) so that random sampling finishes.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, metrics, MODEL, npm } from './harness.mjs';
+import { openaiServerForFile, startServer, metrics, MODEL, npm } from './harness.mjs';
 
 const OpenAI = npm('openai');
 const Ajv2020 = npm('ajv/dist/2020');  // JSON Schema 2020-12: prefixItems, $defs
 const addFormats = npm('ajv-formats');
 
-let server;
-let client;
-before(async () => {
-  server = await startServer();
-  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
-});
-after(async () => {
-  const { code } = await server.stop();
-  assert.equal(code, 0, `server exit code\n${server.stderr()}`);
-});
+const file = openaiServerForFile([], { timeout: 300000 });
 
 const ajv = new Ajv2020({ strict: false, allErrors: true });
 addFormats(ajv);
@@ -44,7 +35,7 @@ const corpus = {
     { properties: { b: { enum: ['x', 'y'] } }, required: ['b'] }] },
 };
 
-const ask = (schema, seed, extra = {}) => client.chat.completions.create({
+const ask = (schema, seed, extra = {}) => file.client.chat.completions.create({
   model: MODEL, temperature: 1, seed, max_tokens: 300, thinking: { type: 'disabled' },
   messages: [{ role: 'user', content: 'Reply in JSON.' }],
   response_format: { type: 'json_schema', json_schema: { name: 'out', strict: true, schema } }, ...extra,
@@ -105,7 +96,7 @@ test('under speculation outputs still validate', async () => {
 
 test('the SDK structured-output helper parses what the server returns', async () => {
   const schema = corpus.flat;
-  const r = await client.chat.completions.parse({
+  const r = await file.client.chat.completions.parse({
     model: MODEL, temperature: 1, seed: 7, max_tokens: 300, thinking: { type: 'disabled' },
     messages: [{ role: 'user', content: 'Reply in JSON.' }],
     response_format: { type: 'json_schema', json_schema: { name: 'flat', strict: true, schema } },
@@ -116,12 +107,12 @@ test('the SDK structured-output helper parses what the server returns', async ()
 });
 
 test('json_object gives a JSON object; Responses text.format follows its schema', async () => {
-  const r = await client.chat.completions.create({
+  const r = await file.client.chat.completions.create({
     model: MODEL, temperature: 1, seed: 3, max_tokens: 40, thinking: { type: 'disabled' },
     messages: [{ role: 'user', content: 'Reply in JSON.' }], response_format: { type: 'json_object' } });
   assert.match(r.choices[0].message.content, /^\{/);
   const schema = corpus.allof;
-  const resp = await client.responses.create({
+  const resp = await file.client.responses.create({
     model: MODEL, temperature: 1, max_output_tokens: 200, input: 'Reply in JSON.', reasoning: { effort: 'none' },
     text: { format: { type: 'json_schema', name: 'x', schema, strict: true } } });
   assert.ok(ajv.validate(schema, JSON.parse(resp.output_text)), resp.output_text);
@@ -129,12 +120,12 @@ test('json_object gives a JSON object; Responses text.format follows its schema'
 
 test('regex and ebnf request fields (dsinfer extensions)', async () => {
   for (let seed = 1; seed <= 3; ++seed) {
-    const r = await client.chat.completions.create({ model: MODEL, temperature: 1, seed, max_tokens: 60,
+    const r = await file.client.chat.completions.create({ model: MODEL, temperature: 1, seed, max_tokens: 60,
       thinking: { type: 'disabled' }, messages: [{ role: 'user', content: 'A phone number?' }],
       regex: '\\(\\d{3}\\) \\d{3}-\\d{4}' });
     assert.match(r.choices[0].message.content, /^\(\d{3}\) \d{3}-\d{4}$/);
     assert.equal(r.choices[0].finish_reason, 'stop');
-    const e = await client.chat.completions.create({ model: MODEL, temperature: 1, seed, max_tokens: 60,
+    const e = await file.client.chat.completions.create({ model: MODEL, temperature: 1, seed, max_tokens: 60,
       thinking: { type: 'disabled' }, messages: [{ role: 'user', content: 'Yes or no?' }],
       ebnf: 'root ::= answer "." \nanswer ::= "yes" | "no"' });
     assert.match(e.choices[0].message.content, /^(yes|no)\.$/);
@@ -145,8 +136,8 @@ test('what cannot be enforced is a 400 naming it', async () => {
   await assert.rejects(ask({ type: 'object', properties: { a: { not: { type: 'string' } } } }, 1),
     (e) => e.status === 400 && /unsupported keyword 'not'/.test(e.message) && /#\/properties\/a/.test(e.message));
   await assert.rejects(ask({ $ref: '#/$defs/none' }, 1), (e) => e.status === 400 && /unknown \$ref '#\/\$defs\/none'/.test(e.message));
-  await assert.rejects(client.chat.completions.create({ model: MODEL, max_tokens: 5, thinking: { type: 'disabled' },
+  await assert.rejects(file.client.chat.completions.create({ model: MODEL, max_tokens: 5, thinking: { type: 'disabled' },
     messages: [{ role: 'user', content: 'x' }], regex: '(a' }), (e) => e.status === 400 && /regex line 1 column 1: unclosed/.test(e.message));
-  await assert.rejects(client.chat.completions.create({ model: MODEL, max_tokens: 5, thinking: { type: 'disabled' },
+  await assert.rejects(file.client.chat.completions.create({ model: MODEL, max_tokens: 5, thinking: { type: 'disabled' },
     messages: [{ role: 'user', content: 'x' }], ebnf: 'root ::= [a-' }), (e) => e.status === 400 && /ebnf line 1 column 10/.test(e.message));
 });

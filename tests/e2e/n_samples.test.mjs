@@ -1,0 +1,77 @@
+// n > 1 against the real server with the official client: n choices indexed 0..n-1, usage with the
+// prompt counted once, the seed rule (choice i samples with seed + i, so it equals the n = 1 request
+// with that seed), and the bounds.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, MODEL, npm } from './harness.mjs';
+
+const OpenAI = npm('openai');
+
+let server;
+let client;
+before(async () => {
+  server = await startServer();
+  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+});
+after(async () => {
+  const { code } = await server.stop();
+  assert.equal(code, 0, `server exit code\n${server.stderr()}`);
+});
+
+const chat = (extra) => ({
+  model: MODEL, temperature: 1, max_tokens: 6, thinking: { type: 'disabled' }, ignore_eos: true,
+  messages: [{ role: 'user', content: 'Tell me a story.' }], ...extra,
+});
+const completion = (extra) => ({
+  model: MODEL, prompt: 'Once upon a time', temperature: 1, max_tokens: 6, ignore_eos: true, ...extra,
+});
+
+test('chat n=3 gives three choices indexed 0..2, the prompt counted once', async () => {
+  const one = await client.chat.completions.create(chat({ seed: 7 }));
+  const r = await client.chat.completions.create(chat({ n: 3, seed: 7 }));
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  for (const c of r.choices) assert.equal(c.finish_reason, 'length');
+  assert.equal(r.usage.prompt_tokens, one.usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, 18);
+  assert.equal(r.usage.total_tokens, one.usage.prompt_tokens + 18);
+});
+
+test('chat n=3 with a seed: choice i is the n=1 request with seed + i', async () => {
+  const seed = 1234;
+  const r = await client.chat.completions.create(chat({ n: 3, seed }));
+  const texts = r.choices.map((c) => c.message.content);
+  for (let i = 0; i < 3; ++i) {
+    const single = await client.chat.completions.create(chat({ seed: seed + i }));
+    assert.equal(texts[i], single.choices[0].message.content, `choice ${i}`);
+  }
+  assert.ok(new Set(texts).size > 1, `the choices differ: ${JSON.stringify(texts)}`);
+});
+
+test('completions n=2 with a seed: choice i is the n=1 request with seed + i', async () => {
+  const seed = 99;
+  const r = await client.completions.create(completion({ n: 2, seed }));
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1]);
+  assert.equal(r.usage.completion_tokens, 12);
+  for (let i = 0; i < 2; ++i) {
+    const single = await client.completions.create(completion({ seed: seed + i }));
+    assert.equal(r.choices[i].text, single.choices[0].text, `choice ${i}`);
+    assert.equal(r.usage.prompt_tokens, single.usage.prompt_tokens);
+  }
+});
+
+test('n out of 1..16 is a 400', async () => {
+  for (const n of [0, 17, 100]) {
+    await assert.rejects(client.chat.completions.create(chat({ n })), (e) => e.status === 400 && /'n'/.test(e.message),
+      `chat n=${n}`);
+    await assert.rejects(client.completions.create(completion({ n })), (e) => e.status === 400, `completions n=${n}`);
+  }
+});
+
+// Not implemented: streamed n > 1 and best_of > 1 are refused, never accepted and ignored.
+test('streamed n > 1 and best_of > 1 are refused with a 400', async () => {
+  await assert.rejects(client.chat.completions.create(chat({ n: 2, stream: true })),
+    (e) => e.status === 400 && /stream/.test(e.message));
+  await assert.rejects(client.completions.create(completion({ n: 2, stream: true })), (e) => e.status === 400);
+  await assert.rejects(client.completions.create(completion({ best_of: 3 })), (e) => e.status === 400);
+});

@@ -298,11 +298,14 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
     std::vector<std::weak_ptr<Call>> members;
     std::vector<std::string> bodies;
     size_t remaining = 0;
+    size_t keep = 0;             // best_of: the n candidates with the highest logprob sums are answered
+    std::vector<double> scores;  // each candidate's sum of its tokens' logprobs
     int status = 200;  // the first failure's
     std::string why;
   };
   std::shared_ptr<Group> group;
   size_t choice = 0;
+  double logprob_sum = 0;  // of the tokens drawn (best_of ranks candidates by it)
 
   void on_event(const engine::TokenEvent& ev) {
     if (done) return;
@@ -321,7 +324,10 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
           server->ttft_->observe({{"route", kRouteNames[route]}},
                                  std::chrono::duration<double>(first_token_at - ex->request().received).count());
         }
-        if (!ev.logprobs.empty()) out->logprobs(ev.logprobs);
+        if (!ev.logprobs.empty()) {
+          for (const auto& t : ev.logprobs) logprob_sum += t.logprob;
+          out->logprobs(ev.logprobs);
+        }
         bytes += out->tokens(ev.tokens);
       }
       if (out->finished()) {  // the output ended the response (stop sequence): the engine can stop now
@@ -432,13 +438,21 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
         if (auto c = w.lock(); c && c.get() != this && !c->done) server->engine_.cancel(c->id);
     } else {
       g.bodies[choice] = out->body();
+      g.scores[choice] = logprob_sum;
     }
     if (--g.remaining > 0) return false;
-    if (g.status != 200)
+    if (g.status != 200) {
       ex->respond(g.status, "application/json", error_body(flavor_of(route), ApiError{g.status, g.why, "", "", {}}),
                   {{"X-Request-Id", response_id}});
-    else
-      ex->respond(200, "application/json", merge_choice_bodies(g.bodies), {{"X-Request-Id", response_id}});
+      return true;
+    }
+    std::vector<size_t> kept(g.bodies.size());
+    for (size_t i = 0; i < kept.size(); ++i) kept[i] = i;
+    if (g.keep < kept.size()) {  // best_of: highest sum first, the earlier candidate on a tie
+      std::stable_sort(kept.begin(), kept.end(), [&](size_t a, size_t b) { return g.scores[a] > g.scores[b]; });
+      kept.resize(g.keep);
+    }
+    ex->respond(200, "application/json", merge_choice_bodies(g.bodies, kept), {{"X-Request-Id", response_id}});
     return true;
   }
 
@@ -749,6 +763,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
   recipe::OutputConstraintRequest constraint;
   bool thinking = false;
   int64_t n_choices = 1;
+  int64_t n_answered = 1;  // best_of: fewer than n_choices
   bool body_seeded = false;
   std::vector<std::unique_ptr<ResponseStream>> more_outs;  // choices 1..n-1
   try {
@@ -821,13 +836,22 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
                         "invalid_type", "prompt");
       }
       check_prompt(static_cast<int64_t>(spec.prompt_ids.size()));
-      n_choices = read_n(body, co.stream);
-      if (auto b = body.find("best_of"); b != body.end() && !b->is_null() && !(b->is_number() && b->get<double>() == 1))
-        throw_api_error(400, "best_of is not supported (only best_of = 1)", "unsupported_parameter", "best_of");
+      n_choices = n_answered = read_n(body, co.stream);
+      // best_of: that many candidates, the n with the highest sum of token logprobs answered (OpenAI's).
+      if (auto best = optional_number<int64_t>(body, "best_of", 1, kMaxChoices)) {
+        if (*best < n_answered)
+          throw_api_error(400, core::str_cat("best_of (", *best, ") must be at least n (", n_answered, ")"),
+                          "invalid_value", "best_of");
+        if (*best > 1 && co.stream)
+          throw_api_error(400, "best_of > 1 cannot be streamed", "invalid_value", "best_of");
+        n_choices = *best;
+      }
       if (auto lp = optional_number<int64_t>(body, "logprobs", 0, 5)) {
         co.logprobs = static_cast<int32_t>(*lp);
         spec.sampling.top_logprobs = co.logprobs;
       }
+      // Ranking needs each drawn token's logprob; the body shows them only when asked (co.logprobs).
+      if (n_choices > n_answered) spec.sampling.top_logprobs = std::max(spec.sampling.top_logprobs, 0);
       if (auto s = body.find("suffix"); s != body.end() && !s->is_null())
         throw_api_error(400, "suffix is not supported", "unsupported_parameter", "suffix");
       co.echo = optional_bool(body, "echo").value_or(false);
@@ -890,7 +914,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       }
       if (route == kChat) {
         // The recipe's conversion knows only n = 1: the server runs the choices.
-        n_choices = read_n(body, optional_bool(body, "stream").value_or(false));
+        n_choices = n_answered = read_n(body, optional_bool(body, "stream").value_or(false));
         body.erase("n");
       }
       recipe::ConvertedRequest conv = recipe::convert_request(protocol, body, options_.conversion);
@@ -971,6 +995,8 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
     auto group = std::make_shared<Call::Group>();
     group->bodies.resize(static_cast<size_t>(n_choices));
     group->remaining = static_cast<size_t>(n_choices);
+    group->scores.resize(static_cast<size_t>(n_choices));
+    group->keep = static_cast<size_t>(n_answered);
     call->group = group;
     for (int64_t i = 1; i < n_choices; ++i) {
       auto c = std::make_shared<Call>();

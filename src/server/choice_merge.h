@@ -12,4 +12,8 @@ namespace dsinfer::server {
 // completion tokens summed (OpenAI's usage for n > 1). Throws on a body without choices.
 std::string merge_choice_bodies(const std::vector<std::string>& bodies);
 
+// best_of: bodies[kept[i]] becomes choice i; usage still sums the completion tokens of every body (all
+// were generated, as OpenAI bills best_of).
+std::string merge_choice_bodies(const std::vector<std::string>& bodies, const std::vector<size_t>& kept);
+
 }  // namespace dsinfer::server

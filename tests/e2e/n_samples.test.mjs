@@ -68,10 +68,38 @@ test('n out of 1..16 is a 400', async () => {
   }
 });
 
-// Not implemented: streamed n > 1 and best_of > 1 are refused, never accepted and ignored.
-test('streamed n > 1 and best_of > 1 are refused with a 400', async () => {
+// Not implemented: streamed n > 1 is refused, never accepted and ignored.
+test('streamed n > 1 is refused with a 400', async () => {
   await assert.rejects(client.chat.completions.create(chat({ n: 2, stream: true })),
     (e) => e.status === 400 && /stream/.test(e.message));
   await assert.rejects(client.completions.create(completion({ n: 2, stream: true })), (e) => e.status === 400);
-  await assert.rejects(client.completions.create(completion({ best_of: 3 })), (e) => e.status === 400);
+});
+
+// best_of: candidate i is the n=1 request with seed + i; the answer is the n candidates with the highest
+// sum of token logprobs, computed here from those separate requests' own logprobs.
+test('best_of answers the candidates with the highest logprob sums', async () => {
+  const seed = 4321;
+  const singles = [];
+  for (let i = 0; i < 4; ++i) {
+    const r = await client.completions.create(completion({ seed: seed + i, logprobs: 0 }));
+    singles.push({ text: r.choices[0].text, sum: r.choices[0].logprobs.token_logprobs.reduce((a, b) => a + b, 0) });
+  }
+  const ranked = [...singles].sort((a, b) => b.sum - a.sum);
+  assert.ok(ranked[0].sum - ranked[1].sum > 1e-3 && ranked[1].sum - ranked[2].sum > 1e-3, 'no near tie');
+  const one = await client.completions.create(completion({ seed, best_of: 4 }));
+  assert.equal(one.choices.length, 1);
+  assert.equal(one.choices[0].text, ranked[0].text);
+  assert.equal(one.choices[0].logprobs, null);  // not asked for
+  const two = await client.completions.create(completion({ seed, best_of: 4, n: 2 }));
+  assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
+  assert.deepEqual(two.choices.map((c) => c.text), [ranked[0].text, ranked[1].text]);
+  assert.equal(two.usage.completion_tokens, 24);  // every candidate was generated
+});
+
+test('best_of below n, out of range, or streamed is a 400', async () => {
+  await assert.rejects(client.completions.create(completion({ n: 3, best_of: 2 })),
+    (e) => e.status === 400 && /best_of/.test(e.message));
+  await assert.rejects(client.completions.create(completion({ best_of: 17 })), (e) => e.status === 400);
+  await assert.rejects(client.completions.create(completion({ best_of: 2, stream: true })),
+    (e) => e.status === 400 && /best_of/.test(e.message));
 });

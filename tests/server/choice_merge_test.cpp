@@ -39,5 +39,21 @@ TEST(ChoiceMerge, CompletionsShape) {
   EXPECT_FALSE(m["usage"].contains("completion_tokens_details"));
 }
 
+TEST(ChoiceMerge, BestOfKeepsTheChosenBodiesAndBillsThemAll) {
+  auto body = [](const char* text, int tokens) {
+    return std::string(R"({"object":"text_completion","choices":[{"text":")") + text +
+           R"(","index":0}],"usage":{"prompt_tokens":3,"completion_tokens":)" + std::to_string(tokens) +
+           R"(,"total_tokens":0}})";
+  };
+  const Json m = recipe::parse_json(merge_choice_bodies({body("a", 1), body("b", 2), body("c", 4)}, {2, 0}));
+  ASSERT_EQ(m["choices"].size(), 2u);
+  EXPECT_EQ(m["choices"][0]["text"], "c");
+  EXPECT_EQ(m["choices"][0]["index"], 0);
+  EXPECT_EQ(m["choices"][1]["text"], "a");
+  EXPECT_EQ(m["choices"][1]["index"], 1);
+  EXPECT_EQ(m["usage"]["completion_tokens"], 7);
+  EXPECT_EQ(m["usage"]["total_tokens"], 10);
+}
+
 }  // namespace
 }  // namespace dsinfer::server

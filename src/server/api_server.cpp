@@ -20,6 +20,7 @@
 #include "recipe/request_reader.h"
 #include "server/api_errors.h"
 #include "server/choice_merge.h"
+#include "server/choice_sse.h"
 #include "server/protocol_streams.h"
 #include "tokenizer/tokenizer.h"
 
@@ -235,13 +236,7 @@ void refuse_unsupported(int route, const Json& body) {
 // OpenAI's n (Chat Completions, Completions): that many choices, each its own engine request. Bounded
 // so that one call cannot flood the engine's queue.
 constexpr int64_t kMaxChoices = 16;
-int64_t read_n(const Json& body, bool stream) {
-  const int64_t n = optional_number<int64_t>(body, "n", 1, kMaxChoices).value_or(1);
-  if (n > 1 && stream)
-    throw_api_error(400, "n > 1 cannot be streamed by this server: ask without stream, or with n = 1",
-                    "unsupported_parameter", "n");
-  return n;
-}
+int64_t read_n(const Json& body) { return optional_number<int64_t>(body, "n", 1, kMaxChoices).value_or(1); }
 
 std::optional<bool> optional_bool(const Json& body, const char* key) {
   auto it = body.find(key);
@@ -300,6 +295,7 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
     size_t remaining = 0;
     size_t keep = 0;             // best_of: the n candidates with the highest logprob sums are answered
     std::vector<double> scores;  // each candidate's sum of its tokens' logprobs
+    ChoiceSseMerger sse;         // streamed
     int status = 200;  // the first failure's
     std::string why;
   };
@@ -366,7 +362,7 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
       complete(std::move(bytes), StreamEnd::kError, api_error_for_exception(e, incident).message);
       return;
     }
-    if (stream && !bytes.empty()) ex->write(std::move(bytes));
+    if (stream && !bytes.empty()) ex->write(group ? group->sse.rewrite(bytes, choice) : std::move(bytes));
   }
 
   void on_client_gone() {
@@ -389,7 +385,9 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
     if (store && !client_gone && (end == StreamEnd::kStop || end == StreamEnd::kLength)) keep_response();
     int status = 200;
     bool answered = true;
-    if (group) {
+    if (group && stream) {
+      answered = finish_streamed_choice(bytes, end, why);
+    } else if (group) {
       answered = finish_choice(end, why);
       status = group->status;
     } else if (stream) {
@@ -423,6 +421,23 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
     if (!client_gone && answered) server->count_response(route, status);
     server->http_duration_->observe(rl, e2e);
     server->finish_call(*this);
+  }
+
+  // Streamed: this choice's last frames go out re-indexed; the last choice ends the stream. A failed
+  // choice (its error frame sent) cancels the others.
+  bool finish_streamed_choice(const std::string& bytes, StreamEnd end, const std::string& why) {
+    Group& g = *group;
+    if (!bytes.empty()) ex->write(g.sse.rewrite(bytes, choice));
+    if ((end == StreamEnd::kError || end == StreamEnd::kCancelled) && g.status == 200) {
+      g.status = end == StreamEnd::kError ? 500 : 503;
+      g.why = why;
+      for (auto& w : g.members)
+        if (auto c = w.lock(); c && c.get() != this && !c->done) server->engine_.cancel(c->id);
+    }
+    if (--g.remaining > 0) return false;
+    ex->write(g.sse.finish());
+    ex->end_stream();
+    return true;
   }
 
   // This choice's body goes to the group; a failed choice fails the call and cancels its siblings.
@@ -836,7 +851,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
                         "invalid_type", "prompt");
       }
       check_prompt(static_cast<int64_t>(spec.prompt_ids.size()));
-      n_choices = n_answered = read_n(body, co.stream);
+      n_choices = n_answered = read_n(body);
       // best_of: that many candidates, the n with the highest sum of token logprobs answered (OpenAI's).
       if (auto best = optional_number<int64_t>(body, "best_of", 1, kMaxChoices)) {
         if (*best < n_answered)
@@ -914,7 +929,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       }
       if (route == kChat) {
         // The recipe's conversion knows only n = 1: the server runs the choices.
-        n_choices = n_answered = read_n(body, optional_bool(body, "stream").value_or(false));
+        n_choices = n_answered = read_n(body);
         body.erase("n");
       }
       recipe::ConvertedRequest conv = recipe::convert_request(protocol, body, options_.conversion);

@@ -1,6 +1,6 @@
-// n > 1 against the real server with the official client: n choices indexed 0..n-1, usage with the
-// prompt counted once, the seed rule (choice i samples with seed + i, so it equals the n = 1 request
-// with that seed), and the bounds.
+// n > 1 and best_of against the real server with the official client: n choices indexed 0..n-1 (also
+// streamed), usage with the prompt counted once, the seed rule (choice i samples with seed + i, so it
+// equals the n = 1 request with that seed), best_of's ranking, and the bounds.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, MODEL, npm } from './harness.mjs';
@@ -68,11 +68,43 @@ test('n out of 1..16 is a 400', async () => {
   }
 });
 
-// Not implemented: streamed n > 1 is refused, never accepted and ignored.
-test('streamed n > 1 is refused with a 400', async () => {
-  await assert.rejects(client.chat.completions.create(chat({ n: 2, stream: true })),
-    (e) => e.status === 400 && /stream/.test(e.message));
-  await assert.rejects(client.completions.create(completion({ n: 2, stream: true })), (e) => e.status === 400);
+// Streamed: each chunk's choices[].index says whose it is; one usage chunk (prompt once, completion
+// tokens summed) and one [DONE] (the client would stop reading at the first).
+test('streamed chat n=2 reassembles to the non-streamed choices', async () => {
+  const seed = 555;
+  const whole = await client.chat.completions.create(chat({ n: 2, seed }));
+  const stream = await client.chat.completions.create(chat({ n: 2, seed, stream: true,
+    stream_options: { include_usage: true } }));
+  const texts = ['', ''];
+  const finishes = [null, null];
+  const usages = [];
+  for await (const chunk of stream) {
+    if (chunk.usage) usages.push(chunk.usage);
+    for (const c of chunk.choices) {
+      texts[c.index] += c.delta.content ?? '';
+      if (c.finish_reason) finishes[c.index] = c.finish_reason;
+    }
+  }
+  assert.deepEqual(texts, whole.choices.map((c) => c.message.content));
+  assert.deepEqual(finishes, ['length', 'length']);
+  assert.equal(usages.length, 1);
+  assert.equal(usages[0].completion_tokens, 12);
+  assert.equal(usages[0].prompt_tokens, whole.usage.prompt_tokens);
+});
+
+test('streamed completions n=2 reassembles to the non-streamed choices', async () => {
+  const seed = 556;
+  const whole = await client.completions.create(completion({ n: 2, seed }));
+  const stream = await client.completions.create(completion({ n: 2, seed, stream: true,
+    stream_options: { include_usage: true } }));
+  const texts = ['', ''];
+  let usage;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) texts[c.index] += c.text;
+  }
+  assert.deepEqual(texts, whole.choices.map((c) => c.text));
+  assert.equal(usage.completion_tokens, 12);
 });
 
 // best_of: candidate i is the n=1 request with seed + i; the answer is the n candidates with the highest

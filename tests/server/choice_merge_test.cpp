@@ -1,5 +1,6 @@
 // n > 1: the choices' bodies merged into one OpenAI response.
 #include "server/choice_merge.h"
+#include "server/choice_sse.h"
 
 #include <gtest/gtest.h>
 
@@ -53,6 +54,29 @@ TEST(ChoiceMerge, BestOfKeepsTheChosenBodiesAndBillsThemAll) {
   EXPECT_EQ(m["choices"][1]["index"], 1);
   EXPECT_EQ(m["usage"]["completion_tokens"], 7);
   EXPECT_EQ(m["usage"]["total_tokens"], 10);
+}
+
+TEST(ChoiceSse, ReindexesFramesAndEndsOnce) {
+  ChoiceSseMerger m;
+  const std::string a = R"(data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"}}],"usage":null})" "\n\n";
+  EXPECT_EQ(m.rewrite(a, 1),
+            R"(data: {"id":"c","choices":[{"index":1,"delta":{"content":"x"}}],"usage":null})" "\n\n");
+  const std::string last = R"(data: {"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}})"
+                           "\n\ndata: [DONE]\n\n";
+  EXPECT_EQ(m.rewrite(last, 0), "");
+  EXPECT_EQ(m.rewrite(last, 1), "");
+  EXPECT_EQ(m.finish(), R"(data: {"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9}})"
+                        "\n\ndata: [DONE]\n\n");
+}
+
+TEST(ChoiceSse, UsageOnAChoiceChunkMovesToTheEnd) {
+  ChoiceSseMerger m;
+  const std::string f = R"(data: {"choices":[{"index":0,"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":3}})" "\n\n";
+  EXPECT_EQ(m.rewrite(f, 2), R"(data: {"choices":[{"index":2,"finish_reason":"length"}],"usage":null})" "\n\n");
+  const Json end = recipe::parse_json(m.finish().substr(6, m.finish().find("\n\n") - 6));
+  EXPECT_EQ(end["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(end["usage"]["total_tokens"], 4);
+  EXPECT_TRUE(end["choices"].empty());
 }
 
 }  // namespace

@@ -3,7 +3,7 @@
 // equals the n = 1 request with that seed), best_of's ranking, and the bounds.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, MODEL, npm } from './harness.mjs';
+import { startServer, MODEL, npm, metrics, waitFor } from './harness.mjs';
 
 const OpenAI = npm('openai');
 
@@ -105,6 +105,32 @@ test('streamed completions n=2 reassembles to the non-streamed choices', async (
   }
   assert.deepEqual(texts, whole.choices.map((c) => c.text));
   assert.equal(usage.completion_tokens, 12);
+});
+
+// A client that leaves cancels every choice: all n engine requests end cancelled, nothing keeps running.
+test('aborting a streamed n=3 call cancels all three choices', async () => {
+  const state = async () => {
+    const m = await metrics(server);
+    return {
+      inFlight: m.get('dsinfer_requests_in_flight'),
+      running: m.get('dsinfer_engine_running_requests'),
+      waiting: m.get('dsinfer_engine_waiting_requests'),
+      cancelled: m.get('dsinfer_requests_cancelled_total', { why: 'client_disconnect' }) ?? 0,
+      finishedCancelled: m.get('dsinfer_requests_finished_total', { reason: 'cancelled' }) ?? 0,
+    };
+  };
+  const before = await state();
+  const stream = await client.chat.completions.create(chat({ n: 3, max_tokens: 5000, stream: true }));
+  let chunks = 0;
+  for await (const chunk of stream) {
+    if (chunk.choices.length) chunks++;
+    if (chunks >= 6) break;  // leaving the loop aborts the HTTP request
+  }
+  const after = await waitFor(async () => {
+    const s = await state();
+    return s.cancelled === before.cancelled + 3 && s.inFlight === 0 && s.running === 0 && s.waiting === 0 ? s : null;
+  }, { what: 'three cancellations in /metrics' });
+  assert.equal(after.finishedCancelled, before.finishedCancelled + 3);
 });
 
 // best_of: candidate i is the n=1 request with seed + i; the answer is the n candidates with the highest

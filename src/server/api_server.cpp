@@ -1035,6 +1035,14 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
         s.sampling.seed = random_u64();
         s.sampling.stream_key = random_u64();
       }
+      if (spec.constraint) {  // a constraint holds its request's matching state: one each
+        try {
+          s.constraint = structured_.constraint_for(constraint, thinking);
+        } catch (...) {
+          const RequestError err = request_error(flavor, route);
+          return fail(err.status, err.body, err.internal ? "internal" : "invalid");
+        }
+      }
       specs.push_back(std::move(s));
     }
   }

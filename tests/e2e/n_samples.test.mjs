@@ -107,6 +107,27 @@ test('streamed completions n=2 reassembles to the non-streamed choices', async (
   assert.equal(usage.completion_tokens, 12);
 });
 
+// A response_format's matcher holds one request's state: each choice has its own, so each choice is
+// the constrained n=1 request with its seed and is valid JSON of the schema.
+test('n=3 with a json_schema: every choice is its own constrained request', async () => {
+  const schema = { type: 'object', properties: { a: { type: 'integer', minimum: 0, maximum: 9 },
+    b: { enum: ['x', 'y'] } }, required: ['a', 'b'], additionalProperties: false };
+  const ask = (extra) => client.chat.completions.create(chat({ max_tokens: 200, ignore_eos: false,
+    response_format: { type: 'json_schema', json_schema: { name: 'out', strict: true, schema } }, ...extra }));
+  const seed = 11;
+  const r = await ask({ n: 3, seed });
+  let finished = 0;
+  for (let i = 0; i < 3; ++i) {
+    const single = await ask({ seed: seed + i });
+    assert.equal(r.choices[i].message.content, single.choices[0].message.content, `choice ${i}`);
+    if (r.choices[i].finish_reason !== 'stop') continue;
+    ++finished;
+    const v = JSON.parse(r.choices[i].message.content);
+    assert.ok(Number.isInteger(v.a) && v.a >= 0 && v.a <= 9 && ['x', 'y'].includes(v.b), r.choices[i].message.content);
+  }
+  assert.ok(finished >= 1, 'at least one choice finished within max_tokens');
+});
+
 // A client that leaves cancels every choice: all n engine requests end cancelled, nothing keeps running.
 test('aborting a streamed n=3 call cancels all three choices', async () => {
   const state = async () => {

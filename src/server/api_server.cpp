@@ -19,6 +19,8 @@
 #include "recipe/json_text.h"
 #include "recipe/request_reader.h"
 #include "server/api_errors.h"
+#include "server/choice_merge.h"
+#include "server/choice_sse.h"
 #include "server/protocol_streams.h"
 #include "tokenizer/tokenizer.h"
 
@@ -231,6 +233,11 @@ void refuse_unsupported(int route, const Json& body) {
   }
 }
 
+// OpenAI's n (Chat Completions, Completions): that many choices, each its own engine request. Bounded
+// so that one call cannot flood the engine's queue.
+constexpr int64_t kMaxChoices = 16;
+int64_t read_n(const Json& body) { return optional_number<int64_t>(body, "n", 1, kMaxChoices).value_or(1); }
+
 std::optional<bool> optional_bool(const Json& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
@@ -280,6 +287,21 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
   Clock::time_point first_token_at;
   bool store = false;  // Responses: keep the finished response (its input items in stored_input)
   Json stored_input;
+  // n > 1: the choices of one HTTP call, each a Call with its own engine request. They share the
+  // connection's strand, so the group needs no lock; the last choice to end answers for all.
+  struct Group {
+    std::vector<std::weak_ptr<Call>> members;
+    std::vector<std::string> bodies;
+    size_t remaining = 0;
+    size_t keep = 0;             // best_of: the n candidates with the highest logprob sums are answered
+    std::vector<double> scores;  // each candidate's sum of its tokens' logprobs
+    ChoiceSseMerger sse;         // streamed
+    int status = 200;  // the first failure's
+    std::string why;
+  };
+  std::shared_ptr<Group> group;
+  size_t choice = 0;
+  double logprob_sum = 0;  // of the tokens drawn (best_of ranks candidates by it)
 
   void on_event(const engine::TokenEvent& ev) {
     if (done) return;
@@ -298,7 +320,10 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
           server->ttft_->observe({{"route", kRouteNames[route]}},
                                  std::chrono::duration<double>(first_token_at - ex->request().received).count());
         }
-        if (!ev.logprobs.empty()) out->logprobs(ev.logprobs);
+        if (!ev.logprobs.empty()) {
+          for (const auto& t : ev.logprobs) logprob_sum += t.logprob;
+          out->logprobs(ev.logprobs);
+        }
         bytes += out->tokens(ev.tokens);
       }
       if (out->finished()) {  // the output ended the response (stop sequence): the engine can stop now
@@ -337,7 +362,7 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
       complete(std::move(bytes), StreamEnd::kError, api_error_for_exception(e, incident).message);
       return;
     }
-    if (stream && !bytes.empty()) ex->write(std::move(bytes));
+    if (stream && !bytes.empty()) ex->write(group ? group->sse.rewrite(bytes, choice) : std::move(bytes));
   }
 
   void on_client_gone() {
@@ -359,7 +384,13 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
     // Stored before the client can see the end: its next request may continue this response at once.
     if (store && !client_gone && (end == StreamEnd::kStop || end == StreamEnd::kLength)) keep_response();
     int status = 200;
-    if (stream) {
+    bool answered = true;
+    if (group && stream) {
+      answered = finish_streamed_choice(bytes, end, why);
+    } else if (group) {
+      answered = finish_choice(end, why);
+      status = group->status;
+    } else if (stream) {
       if (!bytes.empty()) ex->write(std::move(bytes));
       ex->end_stream();
     } else if (end == StreamEnd::kError || end == StreamEnd::kCancelled) {
@@ -382,12 +413,62 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
     if (have_first_token && completion > 1)
       server->tpot_->observe(rl, std::chrono::duration<double>(now - first_token_at).count() /
                                      static_cast<double>(completion - 1));
-    server->prompt_tokens_->add(rl, static_cast<double>(prompt_tokens));
-    server->cached_tokens_->add(rl, static_cast<double>(cached_tokens));
+    if (choice == 0) {  // the choices of one call share its prompt
+      server->prompt_tokens_->add(rl, static_cast<double>(prompt_tokens));
+      server->cached_tokens_->add(rl, static_cast<double>(cached_tokens));
+    }
     server->generated_tokens_->add(rl, static_cast<double>(completion));
-    if (!client_gone) server->count_response(route, status);
+    if (!client_gone && answered) server->count_response(route, status);
     server->http_duration_->observe(rl, e2e);
     server->finish_call(*this);
+  }
+
+  // Streamed: this choice's last frames go out re-indexed; the last choice ends the stream. A failed
+  // choice (its error frame sent) cancels the others.
+  bool finish_streamed_choice(const std::string& bytes, StreamEnd end, const std::string& why) {
+    Group& g = *group;
+    if (!bytes.empty()) ex->write(g.sse.rewrite(bytes, choice));
+    if ((end == StreamEnd::kError || end == StreamEnd::kCancelled) && g.status == 200) {
+      g.status = end == StreamEnd::kError ? 500 : 503;
+      g.why = why;
+      for (auto& w : g.members)
+        if (auto c = w.lock(); c && c.get() != this && !c->done) server->engine_.cancel(c->id);
+    }
+    if (--g.remaining > 0) return false;
+    ex->write(g.sse.finish());
+    ex->end_stream();
+    return true;
+  }
+
+  // This choice's body goes to the group; a failed choice fails the call and cancels its siblings.
+  // Returns whether this was the last choice, which answered.
+  bool finish_choice(StreamEnd end, const std::string& why) {
+    Group& g = *group;
+    if (end == StreamEnd::kError || end == StreamEnd::kCancelled) {
+      if (g.status == 200) {
+        g.status = end == StreamEnd::kError ? 500 : 503;
+        g.why = why;
+      }
+      for (auto& w : g.members)
+        if (auto c = w.lock(); c && c.get() != this && !c->done) server->engine_.cancel(c->id);
+    } else {
+      g.bodies[choice] = out->body();
+      g.scores[choice] = logprob_sum;
+    }
+    if (--g.remaining > 0) return false;
+    if (g.status != 200) {
+      ex->respond(g.status, "application/json", error_body(flavor_of(route), ApiError{g.status, g.why, "", "", {}}),
+                  {{"X-Request-Id", response_id}});
+      return true;
+    }
+    std::vector<size_t> kept(g.bodies.size());
+    for (size_t i = 0; i < kept.size(); ++i) kept[i] = i;
+    if (g.keep < kept.size()) {  // best_of: highest sum first, the earlier candidate on a tie
+      std::stable_sort(kept.begin(), kept.end(), [&](size_t a, size_t b) { return g.scores[a] > g.scores[b]; });
+      kept.resize(g.keep);
+    }
+    ex->respond(200, "application/json", merge_choice_bodies(g.bodies, kept), {{"X-Request-Id", response_id}});
+    return true;
   }
 
   // OpenAI's stored conversation: a continuation sees this response's input items, then its output items.
@@ -696,6 +777,10 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
   engine::RequestSpec spec;
   recipe::OutputConstraintRequest constraint;
   bool thinking = false;
+  int64_t n_choices = 1;
+  int64_t n_answered = 1;  // best_of: fewer than n_choices
+  bool body_seeded = false;
+  std::vector<std::unique_ptr<ResponseStream>> more_outs;  // choices 1..n-1
   try {
     // Parsed, the body is not needed any more: its storage goes now, not when the response ends.
     Json body = parse_request_body(ex->take_body());
@@ -766,14 +851,22 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
                         "invalid_type", "prompt");
       }
       check_prompt(static_cast<int64_t>(spec.prompt_ids.size()));
-      if (auto n = optional_number<int64_t>(body, "n", 1, 1); n && *n != 1)
-        throw_api_error(400, "only n = 1 is supported", "invalid_value", "n");
-      if (auto b = body.find("best_of"); b != body.end() && !b->is_null() && !(b->is_number() && b->get<double>() == 1))
-        throw_api_error(400, "best_of is not supported (only best_of = 1)", "unsupported_parameter", "best_of");
+      n_choices = n_answered = read_n(body);
+      // best_of: that many candidates, the n with the highest sum of token logprobs answered (OpenAI's).
+      if (auto best = optional_number<int64_t>(body, "best_of", 1, kMaxChoices)) {
+        if (*best < n_answered)
+          throw_api_error(400, core::str_cat("best_of (", *best, ") must be at least n (", n_answered, ")"),
+                          "invalid_value", "best_of");
+        if (*best > 1 && co.stream)
+          throw_api_error(400, "best_of > 1 cannot be streamed", "invalid_value", "best_of");
+        n_choices = *best;
+      }
       if (auto lp = optional_number<int64_t>(body, "logprobs", 0, 5)) {
         co.logprobs = static_cast<int32_t>(*lp);
         spec.sampling.top_logprobs = co.logprobs;
       }
+      // Ranking needs each drawn token's logprob; the body shows them only when asked (co.logprobs).
+      if (n_choices > n_answered) spec.sampling.top_logprobs = std::max(spec.sampling.top_logprobs, 0);
       if (auto s = body.find("suffix"); s != body.end() && !s->is_null())
         throw_api_error(400, "suffix is not supported", "unsupported_parameter", "suffix");
       co.echo = optional_bool(body, "echo").value_or(false);
@@ -803,6 +896,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       if (spec.sampling.top_p <= 0.f) throw_api_error(400, "top_p must be in (0, 1]", "invalid_value", "top_p");
       call->stream = co.stream;
       call->out = make_completion_stream(co, tokenizer_);
+      for (int64_t i = 1; i < n_choices; ++i) more_outs.push_back(make_completion_stream(co, tokenizer_));
     } else {
       refuse_unsupported(route, body);
       const recipe::Protocol protocol = route == kChat        ? recipe::Protocol::kChatCompletions
@@ -833,6 +927,11 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
           if (call->store) call->stored_input = continues ? body["input"] : std::move(items);
         }
       }
+      if (route == kChat) {
+        // The recipe's conversion knows only n = 1: the server runs the choices.
+        n_choices = n_answered = read_n(body);
+        body.erase("n");
+      }
       recipe::ConvertedRequest conv = recipe::convert_request(protocol, body, options_.conversion);
       recipe::RenderedPrompt rendered = recipe::render_conversation(conv.request.conversation, options_.prompt_version);
       if (!rendered.image_sources.empty())
@@ -850,6 +949,10 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       call->stream = conv.request.stream;
       call->out = make_recipe_stream(conv, call->response_id, model, call->stream, options_.separate_usage_chunk,
                                      tokenizer_, optional_bool(body, "skip_special_tokens").value_or(true));
+      for (int64_t i = 1; i < n_choices; ++i)
+        more_outs.push_back(make_recipe_stream(conv, call->response_id, model, call->stream,
+                                               options_.separate_usage_chunk, tokenizer_,
+                                               optional_bool(body, "skip_special_tokens").value_or(true)));
       if (route == kChat) {
         const bool logprobs = optional_bool(body, "logprobs").value_or(false);
         const auto top = optional_number<int64_t>(body, "top_logprobs", 0, engine::kMaxTopLogprobs);
@@ -864,6 +967,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
     if (auto ig = optional_bool(body, "ignore_eos")) spec.ignore_eos = *ig;
     read_logit_adjustments(body, spec.sampling);
     if (auto seed = optional_number<uint64_t>(body, "seed", 0, std::numeric_limits<uint64_t>::max())) {
+      body_seeded = true;
       spec.sampling.seed = *seed;
     } else {
       spec.sampling.seed = random_u64();
@@ -897,11 +1001,61 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
   }
 
   call->prompt_tokens = static_cast<int64_t>(spec.prompt_ids.size());
-  boost::asio::post(ex->executor(), [this, call, spec = std::move(spec)]() mutable { submit(call, std::move(spec)); });
+  std::vector<std::shared_ptr<Call>> calls{call};
+  std::vector<engine::RequestSpec> specs;
+  if (n_choices > 1) {
+    // Choice i samples with seed + i (mod 2^64), so choice i of a seeded call is the n = 1 request with
+    // that seed; unseeded, every choice draws its own random seed and stream.
+    const bool seeded = body_seeded;
+    auto group = std::make_shared<Call::Group>();
+    group->bodies.resize(static_cast<size_t>(n_choices));
+    group->remaining = static_cast<size_t>(n_choices);
+    group->scores.resize(static_cast<size_t>(n_choices));
+    group->keep = static_cast<size_t>(n_answered);
+    call->group = group;
+    for (int64_t i = 1; i < n_choices; ++i) {
+      auto c = std::make_shared<Call>();
+      c->server = this;
+      c->ex = ex;
+      c->route = route;
+      c->stream = call->stream;
+      c->response_id = call->response_id;
+      c->prompt_tokens = call->prompt_tokens;
+      c->out = std::move(more_outs[static_cast<size_t>(i - 1)]);
+      c->group = group;
+      c->choice = static_cast<size_t>(i);
+      calls.push_back(std::move(c));
+    }
+    for (const auto& c : calls) group->members.push_back(c);
+    for (int64_t i = 1; i < n_choices; ++i) {
+      engine::RequestSpec s = spec;
+      if (seeded) {
+        s.sampling.seed = spec.sampling.seed + static_cast<uint64_t>(i);
+      } else {
+        s.sampling.seed = random_u64();
+        s.sampling.stream_key = random_u64();
+      }
+      if (spec.constraint) {  // a constraint holds its request's matching state: one each
+        try {
+          s.constraint = structured_.constraint_for(constraint, thinking);
+        } catch (...) {
+          const RequestError err = request_error(flavor, route);
+          return fail(err.status, err.body, err.internal ? "internal" : "invalid");
+        }
+      }
+      specs.push_back(std::move(s));
+    }
+  }
+  specs.insert(specs.begin(), std::move(spec));
+  boost::asio::post(ex->executor(), [this, calls = std::move(calls), specs = std::move(specs)]() mutable {
+    submit(std::move(calls), std::move(specs));
+  });
 }
 
-// On the connection's strand, so that the disconnect notification cannot interleave with it.
-void ApiServer::submit(const std::shared_ptr<Call>& call, engine::RequestSpec spec) {
+// On the connection's strand, so that the disconnect notification cannot interleave with it. calls[i]
+// runs specs[i]; more than one are the choices of one call (n > 1), submitted all or none.
+void ApiServer::submit(std::vector<std::shared_ptr<Call>> calls, std::vector<engine::RequestSpec> specs) {
+  const auto& call = calls.front();
   const auto& ex = call->ex;
   const int route = call->route;
   const ErrorFlavor flavor = flavor_of(route);
@@ -916,30 +1070,38 @@ void ApiServer::submit(const std::shared_ptr<Call>& call, engine::RequestSpec sp
     return;
   }
   auto strand = ex->executor();
-  engine::SubmitResult r = engine_.submit(std::move(spec), [call, strand](const engine::TokenEvent& ev) {
-    boost::asio::post(strand, [call, ev] { call->on_event(ev); });
-  });
-  if (r.status != engine::SubmitStatus::kAccepted) {
-    switch (r.status) {
-      case engine::SubmitStatus::kQueueFull:
-        return fail(429, error_body(flavor, ApiError{429, "the engine's queue is full: " + r.message, "rate_limit_exceeded", "", {}}),
-                    "queue_full", {{"Retry-After", std::to_string(options_.retry_after_seconds)}});
-      case engine::SubmitStatus::kTooLong:
-        return fail(400, error_body(flavor, ApiError{400, r.message, "context_length_exceeded", "", {}}), "too_long");
-      case engine::SubmitStatus::kShuttingDown:
-        return fail(503, error_body(flavor, ApiError{503, "the server is shutting down", "", "", {}}), "shutting_down");
-      default:
-        return fail(400, error_body(flavor, ApiError{400, r.message, "", "", {}}), "invalid");
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto& c = calls[i];
+    engine::SubmitResult r = engine_.submit(std::move(specs[i]), [c, strand](const engine::TokenEvent& ev) {
+      boost::asio::post(strand, [c, ev] { c->on_event(ev); });
+    });
+    if (r.status != engine::SubmitStatus::kAccepted) {
+      for (size_t j = 0; j < i; ++j) {  // the choices already in: their events are ignored from now
+        calls[j]->done = true;
+        engine_.cancel(calls[j]->id);
+      }
+      switch (r.status) {
+        case engine::SubmitStatus::kQueueFull:
+          return fail(429, error_body(flavor, ApiError{429, "the engine's queue is full: " + r.message, "rate_limit_exceeded", "", {}}),
+                      "queue_full", {{"Retry-After", std::to_string(options_.retry_after_seconds)}});
+        case engine::SubmitStatus::kTooLong:
+          return fail(400, error_body(flavor, ApiError{400, r.message, "context_length_exceeded", "", {}}), "too_long");
+        case engine::SubmitStatus::kShuttingDown:
+          return fail(503, error_body(flavor, ApiError{503, "the server is shutting down", "", "", {}}), "shutting_down");
+        default:
+          return fail(400, error_body(flavor, ApiError{400, r.message, "", "", {}}), "invalid");
+      }
     }
+    c->id = r.id;  // the call owns the slot now
   }
-  call->id = r.id;  // the call owns the slot now
   {
     std::lock_guard lock(calls_mu_);
-    calls_[call.get()] = call;
+    for (const auto& c : calls) calls_[c.get()] = c;
   }
-  std::weak_ptr<Call> weak = call;
-  ex->on_disconnect([weak] {
-    if (auto c = weak.lock()) c->on_client_gone();
+  std::vector<std::weak_ptr<Call>> weak(calls.begin(), calls.end());
+  ex->on_disconnect([weak = std::move(weak)] {
+    for (const auto& w : weak)
+      if (auto c = w.lock()) c->on_client_gone();
   });
   if (call->stream)
     ex->start_stream(200, "text/event-stream",
@@ -951,7 +1113,7 @@ void ApiServer::finish_call(Call& call) {
     std::lock_guard lock(calls_mu_);
     calls_.erase(&call);
   }
-  active_calls_.fetch_sub(1);
+  if (!call.group || call.group->remaining == 0) active_calls_.fetch_sub(1);  // one slot per HTTP call
 }
 
 void ApiServer::cancel_in_flight() {

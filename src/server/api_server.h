@@ -86,7 +86,7 @@ class ApiServer {
   void count_tokens(const std::shared_ptr<Exchange>& ex);         // on prep_pool_
   void stored_response(const std::shared_ptr<Exchange>& ex);      // GET/DELETE /v1/responses/{id}
   void check_model(const recipe::Json& body) const;               // 404 for a model not served
-  void submit(const std::shared_ptr<Call>& call, engine::RequestSpec spec);  // on the strand
+  void submit(std::vector<std::shared_ptr<Call>> calls, std::vector<engine::RequestSpec> specs);  // on the strand
   void reply_error(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& message,
                    const std::string& code = "", HeaderList headers = {});
   void reply_json(const std::shared_ptr<Exchange>& ex, int route, int status, const std::string& body,

@@ -87,13 +87,13 @@ test('logit_bias forces a token; penalties are accepted and validated', async ()
   }
 });
 
-// Not implemented, so refused with a 400 naming the parameter, never accepted and ignored.
-test('best_of is refused; store is accepted', async () => {
+// best_of below n is refused with a 400 naming the parameter (best_of itself: n_samples.test.mjs).
+test('best_of below n is refused; store is accepted', async () => {
   const refused = [
-    [() => file.client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, best_of: 2 }), 'best_of'],
+    [() => file.client.completions.create({ model: MODEL, prompt: 'a', max_tokens: 2, n: 3, best_of: 2 }), 'best_of'],
   ];
   for (const [call, param] of refused) {
-    await assert.rejects(call(), (e) => e.status === 400 && e.code === 'unsupported_parameter' && e.param === param &&
+    await assert.rejects(call(), (e) => e.status === 400 && e.code === 'invalid_value' && e.param === param &&
       e.message.includes(param), param);
   }
   const off = await file.client.chat.completions.create(chat({ max_completion_tokens: 2, logprobs: false }));

@@ -73,7 +73,7 @@ const table = [
   ['missing messages', CHAT, { model: MODEL }, 400, null],
   ['empty messages', CHAT, { model: MODEL, messages: [] }, 400, null],
   ['unknown role', CHAT, { model: MODEL, messages: [{ role: 'developer', content: 'x' }] }, 400, null],
-  ['n = 2', CHAT, { ...user('x'), n: 2 }, 400, null],
+  ['n = 17 (over the bound)', CHAT, { ...user('x'), n: 17 }, 400, null],
   ['stream_options without stream', CHAT, { ...user('x'), stream_options: { include_usage: true } }, 400, null],
   ['tool with a bad schema', CHAT, { ...user('x'), tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'string' } } }] }, 400, null],
   ['tool name with spaces', CHAT, { ...user('x'), tools: [{ type: 'function', function: { name: 'bad name' } }] }, 400, null],

@@ -8,9 +8,6 @@ namespace dsinfer::grammar {
 
 namespace {
 
-constexpr int32_t kMaxRepeat = 10000;
-constexpr int kMaxNesting = 200;
-
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
 }

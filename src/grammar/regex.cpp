@@ -8,9 +8,6 @@ namespace dsinfer::grammar {
 
 namespace {
 
-constexpr int32_t kMaxRepeat = 10000;
-constexpr int kMaxNesting = 200;
-
 const std::vector<CodeRange> kDigit = {{'0', '9'}};
 const std::vector<CodeRange> kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const std::vector<CodeRange> kSpace = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0xFEFF, 0xFEFF},

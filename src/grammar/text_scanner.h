@@ -8,6 +8,11 @@
 
 namespace dsinfer::grammar {
 
+// Bounds shared by the EBNF and regex parsers, so a hostile grammar can ask for neither unbounded
+// repeat counts nor unbounded parser recursion (nesting is parsed recursively).
+constexpr int32_t kMaxRepeat = 10000;
+constexpr int kMaxNesting = 200;
+
 class TextScanner {
  public:
   TextScanner(std::string_view text, std::string what) : text_(text), what_(std::move(what)) {}

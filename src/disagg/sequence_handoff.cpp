@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 
+#include "disagg/little_endian.h"
 #include "core/error.h"
 
 namespace dsinfer::disagg {
@@ -14,10 +15,6 @@ static_assert(std::endian::native == std::endian::little, "the hidden state trav
 
 constexpr uint32_t kMagic = 0x51534B44;  // "DKSQ"
 constexpr uint32_t kVersion = 1;
-
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
 
 void put_bytes(std::vector<uint8_t>& out, std::span<const uint8_t> bytes) {
   put_u64(out, bytes.size());

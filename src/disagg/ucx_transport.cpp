@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "disagg/little_endian.h"
 #include "core/error.h"
 
 namespace dsinfer::disagg {
@@ -30,10 +31,6 @@ sockaddr_in parse_address(const std::string& host_port) {
   DSINFER_CHECK(port > 0 && port < 65536, "peer address \"", host_port, "\": bad port");
   sa.sin_port = htons(static_cast<uint16_t>(port));
   return sa;
-}
-
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
 
 constexpr const char* kWorkerAddressPrefix = "ucx:";

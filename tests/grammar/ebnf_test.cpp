@@ -7,14 +7,12 @@
 namespace dsinfer::grammar {
 namespace {
 
+using testing::ebnf;
+
 using testing::is_prefix;
 using testing::matches;
 
-std::shared_ptr<const Grammar> ebnf(const std::string& text) {
-  return std::make_shared<const Grammar>(compile_ebnf(text));
-}
-
-std::string error_of(const std::string& text) {
+std::string ebnf_error(const std::string& text) {
   try {
     compile_ebnf(text);
   } catch (const core::Error& e) {
@@ -86,21 +84,21 @@ TEST(Ebnf, ClassesEscapesAndUnicode) {
 }
 
 TEST(Ebnf, ErrorsNameLineAndColumn) {
-  EXPECT_EQ(error_of("root ::= \"a\"\nfoo ::= [ab\n"), "ebnf line 2 column 9: unterminated character class");
-  EXPECT_EQ(error_of("root ::= \"a"), "ebnf line 1 column 10: unterminated string literal");
-  EXPECT_EQ(error_of("root ::= [a-"), "ebnf line 1 column 10: unterminated character class");
-  EXPECT_EQ(error_of("root ::= (\"a\" | \"b\""), "ebnf line 1 column 10: unclosed '('");
-  EXPECT_EQ(error_of("root = \"a\""), "ebnf line 1 column 6: expected '::=' after rule name 'root'");
-  EXPECT_EQ(error_of("root ::= \"a\" @"), "ebnf line 1 column 14: unexpected '@'");
-  EXPECT_EQ(error_of("root ::= [z-a]"), "ebnf line 1 column 10: character range out of order");
-  EXPECT_EQ(error_of("root ::= \"\\q\""), "ebnf line 1 column 11: unknown escape \\q");
-  EXPECT_EQ(error_of("root ::= item"), "ebnf: rule 'root' refers to undefined rule 'item'");
-  EXPECT_EQ(error_of("start ::= \"a\""), "ebnf: the grammar has no start rule 'root'");
-  EXPECT_EQ(error_of("root ::= \"a\" root"),
+  EXPECT_EQ(ebnf_error("root ::= \"a\"\nfoo ::= [ab\n"), "ebnf line 2 column 9: unterminated character class");
+  EXPECT_EQ(ebnf_error("root ::= \"a"), "ebnf line 1 column 10: unterminated string literal");
+  EXPECT_EQ(ebnf_error("root ::= [a-"), "ebnf line 1 column 10: unterminated character class");
+  EXPECT_EQ(ebnf_error("root ::= (\"a\" | \"b\""), "ebnf line 1 column 10: unclosed '('");
+  EXPECT_EQ(ebnf_error("root = \"a\""), "ebnf line 1 column 6: expected '::=' after rule name 'root'");
+  EXPECT_EQ(ebnf_error("root ::= \"a\" @"), "ebnf line 1 column 14: unexpected '@'");
+  EXPECT_EQ(ebnf_error("root ::= [z-a]"), "ebnf line 1 column 10: character range out of order");
+  EXPECT_EQ(ebnf_error("root ::= \"\\q\""), "ebnf line 1 column 11: unknown escape \\q");
+  EXPECT_EQ(ebnf_error("root ::= item"), "ebnf: rule 'root' refers to undefined rule 'item'");
+  EXPECT_EQ(ebnf_error("start ::= \"a\""), "ebnf: the grammar has no start rule 'root'");
+  EXPECT_EQ(ebnf_error("root ::= \"a\" root"),
             "ebnf: rule 'root' can never finish (every alternative recurses without a way out)");
-  EXPECT_EQ(error_of("root ::= \"a\"\nroot ::= \"b\""), "ebnf line 2 column 1: rule 'root' is defined twice");
-  EXPECT_EQ(error_of("root ::= \"a\"{3,2}"), "ebnf line 1 column 13: repeat maximum below its minimum");
-  EXPECT_EQ(error_of(""), "ebnf line 1 column 1: the grammar has no rules");
+  EXPECT_EQ(ebnf_error("root ::= \"a\"\nroot ::= \"b\""), "ebnf line 2 column 1: rule 'root' is defined twice");
+  EXPECT_EQ(ebnf_error("root ::= \"a\"{3,2}"), "ebnf line 1 column 13: repeat maximum below its minimum");
+  EXPECT_EQ(ebnf_error(""), "ebnf line 1 column 1: the grammar has no rules");
 }
 
 TEST(Ebnf, RollbackRestoresTheState) {

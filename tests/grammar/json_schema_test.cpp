@@ -17,7 +17,7 @@ std::shared_ptr<const Grammar> schema(const std::string& text, bool any_ws = fal
   return std::make_shared<const Grammar>(json_schema_grammar(Json::parse(text), o));
 }
 
-std::string error_of(const std::string& text) {
+std::string schema_error(const std::string& text) {
   try {
     json_schema_grammar(Json::parse(text));
   } catch (const core::Error& e) {
@@ -166,19 +166,19 @@ TEST(JsonSchema, NumberBounds) {
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreErrorsNamingThem) {
-  EXPECT_EQ(error_of(R"g({"type":"object","properties":{"a":{"not":{"type":"string"}}}})g"),
+  EXPECT_EQ(schema_error(R"g({"type":"object","properties":{"a":{"not":{"type":"string"}}}})g"),
             "json schema at #/properties/a: unsupported keyword 'not'");
-  EXPECT_EQ(error_of(R"g({"type":"array","uniqueItems":true})g"), "json schema at #: unsupported keyword 'uniqueItems'");
-  EXPECT_EQ(error_of(R"g({"$ref":"#/$defs/missing"})g"), "json schema at #: unknown $ref '#/$defs/missing'");
-  EXPECT_EQ(error_of(R"g({"$ref":"https://example.com/s.json"})g"),
+  EXPECT_EQ(schema_error(R"g({"type":"array","uniqueItems":true})g"), "json schema at #: unsupported keyword 'uniqueItems'");
+  EXPECT_EQ(schema_error(R"g({"$ref":"#/$defs/missing"})g"), "json schema at #: unknown $ref '#/$defs/missing'");
+  EXPECT_EQ(schema_error(R"g({"$ref":"https://example.com/s.json"})g"),
             "json schema at #: unsupported $ref 'https://example.com/s.json' (only local '#/...' references)");
-  EXPECT_EQ(error_of(R"g({"type":"string","format":"hostname"})g"), "json schema at #: unsupported format 'hostname'");
-  EXPECT_EQ(error_of(R"g({"type":"string","pattern":"(a"})g"),
+  EXPECT_EQ(schema_error(R"g({"type":"string","format":"hostname"})g"), "json schema at #: unsupported format 'hostname'");
+  EXPECT_EQ(schema_error(R"g({"type":"string","pattern":"(a"})g"),
             "json schema at #: pattern: regex line 1 column 1: unclosed '('");
-  EXPECT_EQ(error_of(R"g({"type":"number","exclusiveMinimum":0})g"),
+  EXPECT_EQ(schema_error(R"g({"type":"number","exclusiveMinimum":0})g"),
             "json schema at #: exclusiveMinimum/exclusiveMaximum on numbers are not supported (use an integer type)");
-  EXPECT_EQ(error_of(R"g({"type":"wat"})g"), "json schema at #: unknown type 'wat'");
-  EXPECT_EQ(error_of(R"g({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},"$ref":"#/$defs/a"})g"),
+  EXPECT_EQ(schema_error(R"g({"type":"wat"})g"), "json schema at #: unknown type 'wat'");
+  EXPECT_EQ(schema_error(R"g({"$defs":{"a":{"type":"object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}},"$ref":"#/$defs/a"})g"),
             "json schema: rule '#/$defs/a' can never finish (every alternative recurses without a way out)");
 }
 

@@ -12,7 +12,7 @@ using testing::matches;
 
 std::shared_ptr<const Grammar> re(const std::string& p) { return std::make_shared<const Grammar>(regex_grammar(p)); }
 
-std::string error_of(const std::string& p) {
+std::string regex_error(const std::string& p) {
   try {
     regex_grammar(p);
   } catch (const core::Error& e) {
@@ -69,18 +69,18 @@ TEST(Regex, LiteralBraceWhenNotAQuantifier) {
 }
 
 TEST(Regex, ErrorsNameTheConstruct) {
-  EXPECT_EQ(error_of("(a"), "regex line 1 column 1: unclosed '('");
-  EXPECT_EQ(error_of("a)"), "regex line 1 column 2: unexpected ')'");
-  EXPECT_EQ(error_of("*a"), "regex line 1 column 1: nothing to repeat before '*'");
-  EXPECT_EQ(error_of("(a)\\1"), "regex line 1 column 4: backreference \\1 is not supported");
-  EXPECT_EQ(error_of("a(?=b)"), "regex line 1 column 2: lookahead is not supported");
-  EXPECT_EQ(error_of("\\bword"), "regex line 1 column 1: word boundary \\b is not supported");
-  EXPECT_EQ(error_of("[b-a]"), "regex line 1 column 1: character range out of order");
-  EXPECT_EQ(error_of("[abc"), "regex line 1 column 1: unterminated character class");
-  EXPECT_EQ(error_of("[a-"), "regex line 1 column 1: unterminated character class");
-  EXPECT_EQ(error_of("a{3,1}"), "regex line 1 column 2: repeat maximum below its minimum");
-  EXPECT_EQ(error_of("a^b"), "regex line 1 column 2: '^' is only supported at the start of the pattern");
-  EXPECT_EQ(error_of("[]"), "regex line 1 column 1: empty character class [] matches nothing");
+  EXPECT_EQ(regex_error("(a"), "regex line 1 column 1: unclosed '('");
+  EXPECT_EQ(regex_error("a)"), "regex line 1 column 2: unexpected ')'");
+  EXPECT_EQ(regex_error("*a"), "regex line 1 column 1: nothing to repeat before '*'");
+  EXPECT_EQ(regex_error("(a)\\1"), "regex line 1 column 4: backreference \\1 is not supported");
+  EXPECT_EQ(regex_error("a(?=b)"), "regex line 1 column 2: lookahead is not supported");
+  EXPECT_EQ(regex_error("\\bword"), "regex line 1 column 1: word boundary \\b is not supported");
+  EXPECT_EQ(regex_error("[b-a]"), "regex line 1 column 1: character range out of order");
+  EXPECT_EQ(regex_error("[abc"), "regex line 1 column 1: unterminated character class");
+  EXPECT_EQ(regex_error("[a-"), "regex line 1 column 1: unterminated character class");
+  EXPECT_EQ(regex_error("a{3,1}"), "regex line 1 column 2: repeat maximum below its minimum");
+  EXPECT_EQ(regex_error("a^b"), "regex line 1 column 2: '^' is only supported at the start of the pattern");
+  EXPECT_EQ(regex_error("[]"), "regex line 1 column 1: empty character class [] matches nothing");
 }
 
 TEST(Utf8Ranges, SequencesByLength) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "grammar/earley_matcher.h"
+#include "grammar/ebnf.h"
 #include "grammar/grammar.h"
 
 namespace dsinfer::grammar::testing {
@@ -18,6 +19,10 @@ inline bool matches(const std::shared_ptr<const Grammar>& g, const std::string& 
 inline bool is_prefix(const std::shared_ptr<const Grammar>& g, const std::string& text) {
   EarleyMatcher m(g);
   return m.accept_bytes(text);
+}
+
+inline std::shared_ptr<const Grammar> ebnf(const std::string& text) {
+  return std::make_shared<const Grammar>(compile_ebnf(text));
 }
 
 }  // namespace dsinfer::grammar::testing

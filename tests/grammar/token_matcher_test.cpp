@@ -4,10 +4,13 @@
 
 #include "grammar/ebnf.h"
 #include "grammar/grammar_cache.h"
+#include "grammar/test_util.h"
 #include "grammar/token_matcher.h"
 
 namespace dsinfer::grammar {
 namespace {
+
+using testing::ebnf;
 
 // A small vocabulary with shared prefixes, duplicates and multi-byte characters; id 9 is end of text,
 // id 10 a special token.
@@ -24,10 +27,6 @@ std::set<int32_t> allowed(TokenMatcher& m) {
     if (mask_allows(mask, id)) out.insert(id);
   }
   return out;
-}
-
-std::shared_ptr<const Grammar> ebnf(const std::string& text) {
-  return std::make_shared<const Grammar>(compile_ebnf(text));
 }
 
 TEST(TokenMatcher, MaskFollowsTheGrammar) {

@@ -54,7 +54,7 @@ Fp4Weight make_fp4(int64_t rows, int64_t cols, uint32_t seed, bool scales_f32) {
   return t;
 }
 
-std::vector<float> make_x(int64_t M, int64_t ld, uint32_t seed) {
+std::vector<float> make_scaled_x(int64_t M, int64_t ld, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(M * ld);
@@ -160,7 +160,7 @@ TEST(Fp4Int8Linear, EveryTargetAndDotPathEqualsTheOracleBitwise) {
       const Fp4Int8Linear lin(w.view);
       for (const int64_t M : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}}) {
         const int64_t ldx = cols + 5;
-        std::vector<float> x = make_x(M, ldx, static_cast<uint32_t>(M * 7 + block));
+        std::vector<float> x = make_scaled_x(M, ldx, static_cast<uint32_t>(M * 7 + block));
         if (M > 2) std::fill(x.begin() + ldx, x.begin() + 2 * ldx, 0.0f);  // an all-zero row
         const Quantized qx = quantize(x, M, ldx, cols, block);
         const int64_t ldy = rows + 2;
@@ -192,7 +192,7 @@ TEST(Fp4Int8Linear, BatchInvariantBitForBit) {
   constexpr int64_t rows = 50, cols = 256, M = 13, block = 128;
   const Fp4Weight w = make_fp4(rows, cols, 5u, false);
   const Fp4Int8Linear lin(w.view);
-  const std::vector<float> x = make_x(M, cols, 77u);
+  const std::vector<float> x = make_scaled_x(M, cols, 77u);
   core::ThreadPool pool(4);
   std::vector<float> all(M * rows);
   lin.forward(x.data(), M, cols, block, all.data(), rows, &pool);
@@ -211,7 +211,7 @@ TEST(Fp4Int8Linear, WithinHalfAQuantizationStepOfTheFp32Product) {
   constexpr int64_t rows = 40, cols = 512, M = 3, block = 128;
   const Fp4Weight w = make_fp4(rows, cols, 9u, false);
   const Fp4Int8Linear lin(w.view);
-  const std::vector<float> x = make_x(M, cols, 3u);
+  const std::vector<float> x = make_scaled_x(M, cols, 3u);
   const Quantized qx = quantize(x, M, cols, cols, block);
   std::vector<float> fast(M * rows), exact(M * rows);
   lin.forward(x.data(), M, cols, block, fast.data(), rows, nullptr);

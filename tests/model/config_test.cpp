@@ -10,10 +10,9 @@ namespace dsinfer::model {
 namespace {
 
 using nlohmann::json;
+using testing::parse;
 using testing::error_of;
 using testing::small_config;
-
-ModelConfig parse(const json& j) { return ModelConfig::from_json(j, "test.json"); }
 
 TEST(ModelConfig, TinyFromSharedConfigs) {
   const ModelConfig c = ModelConfig::load(std::string(DSINFER_SOURCE_DIR) + "/configs/tiny.json");

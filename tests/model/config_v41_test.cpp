@@ -17,10 +17,11 @@ namespace dsinfer::model {
 namespace {
 
 using nlohmann::json;
+using testing::parse;
+using testing::by_name;
+using testing::expect_layout;
 using testing::error_of;
 using testing::small_v41_config;
-
-ModelConfig parse(const json& j) { return ModelConfig::from_json(j, "test.json"); }
 
 // The released V4.1-Flash config.json (§1.1).
 json flash_v41_config() {
@@ -311,20 +312,6 @@ TEST(ModelConfigV41, BadConfigsGiveClearErrors) {
     const std::string msg = error_of([&] { parse(j); });
     for (const std::string& e : c.expect) EXPECT_NE(msg.find(e), std::string::npos) << c.what << ": " << msg;
   }
-}
-
-std::map<std::string, const TensorSpec*> by_name(const std::vector<TensorSpec>& specs) {
-  std::map<std::string, const TensorSpec*> m;
-  for (const auto& s : specs) m[s.name] = &s;
-  return m;
-}
-
-void expect_layout(const std::map<std::string, const TensorSpec*>& m, const std::string& name, core::DType dtype,
-                   std::vector<int64_t> shape) {
-  auto it = m.find(name);
-  ASSERT_NE(it, m.end()) << "missing " << name;
-  EXPECT_EQ(dtype_name(it->second->dtype), dtype_name(dtype)) << name;
-  EXPECT_EQ(shape_string(it->second->shape), shape_string(shape)) << name;
 }
 
 TEST(InventoryV41, ReleasedCountMatchesTheOfficialIndex) {

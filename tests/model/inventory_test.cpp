@@ -14,6 +14,8 @@ namespace {
 
 using core::DType;
 using nlohmann::json;
+using testing::by_name;
+using testing::expect_layout;
 
 // V4-Flash config.json (§1.1).
 json flash_config() {
@@ -41,20 +43,6 @@ json flash_config() {
           {"expert_dtype", "fp4"},
           {"quantization_config", {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"},
                                    {"scale_fmt", "ue8m0"}, {"weight_block_size", {128, 128}}}}};
-}
-
-std::map<std::string, const TensorSpec*> by_name(const std::vector<TensorSpec>& specs) {
-  std::map<std::string, const TensorSpec*> m;
-  for (const auto& s : specs) m[s.name] = &s;
-  return m;
-}
-
-void expect_layout(const std::map<std::string, const TensorSpec*>& m, const std::string& name, DType dtype,
-                   std::vector<int64_t> shape) {
-  auto it = m.find(name);
-  ASSERT_NE(it, m.end()) << "missing " << name;
-  EXPECT_EQ(dtype_name(it->second->dtype), dtype_name(dtype)) << name;
-  EXPECT_EQ(shape_string(it->second->shape), shape_string(shape)) << name;
 }
 
 TEST(Inventory, V4FlashCountsMatchTheOfficialIndex) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -14,6 +15,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/config.h"
+#include "model/inventory.h"
 #include "model/safetensors.h"
 
 namespace dsinfer::model::testing {
@@ -139,6 +142,23 @@ inline std::vector<TensorData> load_all(const std::string& path) {
     out.push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)});
   }
   return out;
+}
+
+inline ModelConfig parse(const nlohmann::json& j) { return ModelConfig::from_json(j, "test.json"); }
+
+// The inventory by tensor name, and one tensor's dtype and shape checked against the release's.
+inline std::map<std::string, const TensorSpec*> by_name(const std::vector<TensorSpec>& specs) {
+  std::map<std::string, const TensorSpec*> m;
+  for (const auto& s : specs) m[s.name] = &s;
+  return m;
+}
+
+inline void expect_layout(const std::map<std::string, const TensorSpec*>& m, const std::string& name,
+                          core::DType dtype, std::vector<int64_t> shape) {
+  auto it = m.find(name);
+  ASSERT_NE(it, m.end()) << "missing " << name;
+  EXPECT_EQ(dtype_name(it->second->dtype), dtype_name(dtype)) << name;
+  EXPECT_EQ(shape_string(it->second->shape), shape_string(shape)) << name;
 }
 
 }  // namespace dsinfer::model::testing

@@ -11,7 +11,7 @@ using Kind = OutputConstraintRequest::Kind;
 
 OutputConstraintRequest read(Protocol p, const char* body) { return read_output_constraint(p, parse_json(body)); }
 
-std::string error_of(Protocol p, const char* body) {
+std::string constraint_error(Protocol p, const char* body) {
   try {
     read(p, body);
   } catch (const ConversionError& e) {
@@ -29,9 +29,9 @@ TEST(StructuredOutputRequest, ChatResponseFormat) {
   EXPECT_EQ(read(Protocol::kChatCompletions, R"g({"response_format":{"type":"json_object"}})g").kind, Kind::kJsonObject);
   EXPECT_EQ(read(Protocol::kChatCompletions, R"g({"response_format":{"type":"text"}})g").kind, Kind::kNone);
   EXPECT_EQ(read(Protocol::kChatCompletions, R"g({})g").kind, Kind::kNone);
-  EXPECT_EQ(error_of(Protocol::kChatCompletions, R"g({"response_format":{"type":"json_schema"}})g"),
+  EXPECT_EQ(constraint_error(Protocol::kChatCompletions, R"g({"response_format":{"type":"json_schema"}})g"),
             "response_format: missing field `json_schema`");
-  EXPECT_EQ(error_of(Protocol::kChatCompletions, R"g({"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})g"),
+  EXPECT_EQ(constraint_error(Protocol::kChatCompletions, R"g({"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})g"),
             "response_format.json_schema: missing field `schema`");
 }
 
@@ -51,10 +51,10 @@ TEST(StructuredOutputRequest, RegexAndEbnfExtensionsOnEveryRoute) {
     EXPECT_EQ(e.kind, Kind::kEbnf);
     EXPECT_EQ(e.source, "root ::= \"a\"");
   }
-  EXPECT_EQ(error_of(Protocol::kMessages, R"g({"regex":"a","ebnf":"root ::= \"a\""})g"),
+  EXPECT_EQ(constraint_error(Protocol::kMessages, R"g({"regex":"a","ebnf":"root ::= \"a\""})g"),
             "structured output: ebnf cannot be combined with another output constraint (response_format/text.format "
             "json_schema or json_object, regex, ebnf: one at most)");
-  EXPECT_NE(error_of(Protocol::kMessages, R"g({"regex":5})g").find("regex"), std::string::npos);
+  EXPECT_NE(constraint_error(Protocol::kMessages, R"g({"regex":5})g").find("regex"), std::string::npos);
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ TEST(SpecialTokens, CompletionTextSkipsThemByDefault) {
   }
 }
 
-recipe::ConvertedRequest chat(bool thinking) {
+recipe::ConvertedRequest chat_with_thinking(bool thinking) {
   Json body = {{"model", "m"}, {"messages", Json::array({Json{{"role", "user"}, {"content", "hi"}}})}};
   if (!thinking) body["thinking"] = {{"type", "disabled"}};
   return recipe::convert_chat_completions(body);
@@ -53,7 +53,7 @@ recipe::ConvertedRequest chat(bool thinking) {
 
 TEST(SpecialTokens, ChatContentSkipsThemByDefault) {
   for (const bool skip : {true, false}) {
-    auto s = make_recipe_stream(chat(false), "id", "m", false, true, v4(), skip);
+    auto s = make_recipe_stream(chat_with_thinking(false), "id", "m", false, true, v4(), skip);
     s->begin(1, 0);
     s->tokens(with_eos("Hello", " there"));
     s->end(StreamEnd::kLength, "");
@@ -64,7 +64,7 @@ TEST(SpecialTokens, ChatContentSkipsThemByDefault) {
 }
 
 TEST(SpecialTokens, TheRecipeStillParsesItsControlTokens) {
-  auto s = make_recipe_stream(chat(true), "id", "m", false, true, v4());
+  auto s = make_recipe_stream(chat_with_thinking(true), "id", "m", false, true, v4());
   s->begin(1, 0);
   std::vector<int32_t> ids = v4().encode("Let me think.</think>Answer.");
   ids.insert(ids.begin() + 2, eos_id());

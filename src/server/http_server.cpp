@@ -128,7 +128,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void drain() {
     net::dispatch(strand_, [self = shared_from_this()] {
       self->keep_alive_ = false;
-      if (self->phase_ == Phase::kIdle && self->buffer_.size() == 0) self->close();
+      // A request may be on its way on this idle connection: end our side and drop what still
+      // comes, so the client sees a clean close (and retries) instead of a connection reset.
+      if (self->phase_ == Phase::kIdle && self->buffer_.size() == 0) self->lingering_close();
     });
   }
 
@@ -286,6 +288,11 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       start_read();
+      return;
+    }
+    if (lingering_ && !ec) {
+      buffer_.consume(buffer_.size());
+      discard_read();
       return;
     }
     close();  // kClosing: nothing more to read
@@ -497,15 +504,18 @@ class Session : public std::enable_shared_from_this<Session> {
   // sending: closing at once would reset the connection and the client would never read the answer.
   // So: end our side, then read and drop what still comes for a while before closing.
   void lingering_close() {
+    if (closed_ || lingering_) return;
     error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_send, ignored);
-    if (reading_) return;  // the pending read fails or times out soon; its handler closes
+    phase_ = Phase::kClosing;
+    lingering_ = true;
     arm_read_timer(kLingerTime);
-    discard_.resize(16 * 1024);
+    if (reading_) return;  // its handler goes on with discard_read()
     discard_read();
   }
 
   void discard_read() {
+    discard_.resize(16 * 1024);
     reading_ = true;
     socket_.async_read_some(net::buffer(discard_), [self = shared_from_this()](error_code ec, size_t n) {
       self->reading_ = false;
@@ -560,6 +570,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool reading_ = false;
   bool writing_ = false;
   bool closed_ = false;
+  bool lingering_ = false;  // our side is shut; reads are dropped until the client closes
   bool read_timed_out_ = false;
   bool resume_after_cancel_ = false;
   uint64_t read_timer_gen_ = 0;

@@ -37,7 +37,7 @@ function(dsinfer_part)
 endfunction()
 
 # The source tree's path for the tests, compiled into one file only (see tests/test_paths.h).
-add_library(dsinfer_test_paths STATIC ${CMAKE_SOURCE_DIR}/tests/test_paths.cpp)
+add_library(dsinfer_test_paths STATIC ${CMAKE_SOURCE_DIR}/tests/test_paths.cpp ${CMAKE_SOURCE_DIR}/tests/run_command.cpp)
 target_compile_definitions(dsinfer_test_paths PRIVATE DSINFER_SOURCE_PATH="${CMAKE_SOURCE_DIR}")
 target_include_directories(dsinfer_test_paths PUBLIC ${CMAKE_SOURCE_DIR}/tests)
 

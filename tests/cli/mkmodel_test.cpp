@@ -2,7 +2,6 @@
 // `serve` would refuse. With the npm DeepSeek-V3 base it builds the V4 tokenizer first; without one it
 // stops before writing anything and prints the commands that make the tokenizer.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,27 +10,17 @@
 #include <sstream>
 #include <string>
 
+#include "run_command.h"
+
 namespace dsinfer::cli {
 namespace {
 
+using Result = test_paths::CommandResult;
+
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Result run(const std::string& command) {
-  Result r;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+// stdout and stderr together
+Result run(const std::string& command) { return test_paths::run_command(command + " 2>&1"); }
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,6 +1,4 @@
 // `dsinfer kvstore stat|gc|verify` on a store written through the library.
-#include <sys/wait.h>
-
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,6 +8,7 @@
 
 #include "kvstore/block_store.h"
 #include "kvstore_test_util.h"
+#include "run_command.h"
 
 namespace dsinfer::kvstore {
 namespace {
@@ -19,22 +18,8 @@ using testing::block_tokens;
 using testing::TempDir;
 using testing::test_key;
 
-struct Run {
-  int exit_code;
-  std::string out;
-};
-
-Run dsinfer(const std::string& args) {
-  const std::string cmd = std::string(DSINFER_BINARY) + " kvstore " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  Run r{-1, {}};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+test_paths::CommandResult dsinfer(const std::string& args) {
+  return test_paths::run_command(std::string(DSINFER_BINARY) + " kvstore " + args + " 2>&1");
 }
 
 void fill(const std::string& dir, int agent, int chat) {
@@ -52,7 +37,7 @@ TEST(KvStoreCli, StatCountsPerClass) {
   TempDir dir;
   fill(dir.path(), 2, 3);
   const auto r = dsinfer("stat " + dir.path());
-  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.status, 0) << r.out;
   const int64_t record = kRecordHeaderBytes + 128 * 4 + 1000;
   EXPECT_NE(r.out.find("records 5  bytes " + std::to_string(5 * record)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("agent  records 2  bytes " + std::to_string(2 * record)), std::string::npos) << r.out;
@@ -63,12 +48,12 @@ TEST(KvStoreCli, VerifyFailsOnABadRecordAndNamesIt) {
   TempDir dir;
   fill(dir.path(), 0, 4);
   auto r = dsinfer("verify " + dir.path());
-  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("checked 4 records: 0 bad"), std::string::npos) << r.out;
   const std::string bad = record_path(dir.path(), test_key(2));
   std::filesystem::resize_file(bad, 100);
   r = dsinfer("verify " + dir.path());
-  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("BAD " + bad + ": truncated"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("checked 4 records: 1 bad"), std::string::npos) << r.out;
 }
@@ -79,19 +64,19 @@ TEST(KvStoreCli, GcEvictsDownToTheLowWatermark) {
   const int64_t record = kRecordHeaderBytes + 128 * 4 + 1000;
   // A cap of 8 records: 10 > 95% of 8 -> evict down to 85% of 8 = 6.8, i.e. 6 records left.
   const auto r = dsinfer("gc " + dir.path() + " --kv-store-bytes " + std::to_string(8 * record));
-  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("evicted 4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("left 6 records"), std::string::npos) << r.out;
 }
 
 TEST(KvStoreCli, BadFlagsAreRejected) {
   TempDir dir;
-  EXPECT_EQ(dsinfer("gc " + dir.path() + " --kv-ttl agent=3w").exit_code, 1);
-  EXPECT_EQ(dsinfer("gc " + dir.path() + " --nope 1").exit_code, 2);
-  EXPECT_EQ(dsinfer("stat").exit_code, 2);
-  EXPECT_EQ(dsinfer("frobnicate").exit_code, 2);
+  EXPECT_EQ(dsinfer("gc " + dir.path() + " --kv-ttl agent=3w").status, 1);
+  EXPECT_EQ(dsinfer("gc " + dir.path() + " --nope 1").status, 2);
+  EXPECT_EQ(dsinfer("stat").status, 2);
+  EXPECT_EQ(dsinfer("frobnicate").status, 2);
   const auto help = dsinfer("gc --help");
-  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.status, 0);
   for (const char* flag : {"--kv-store-bytes", "--kv-ttl", "--high-watermark", "--low-watermark", "--scratch-age"}) {
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   }

@@ -1,6 +1,5 @@
 // `dsinfer simulate` as a user runs it: a trace file and cost curves in, the report out; the generator's
 // determinism; the capacity mode's exit status; flag errors.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -11,25 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run_command.h"
+
 namespace dsinfer::router {
 namespace {
 
-struct CliRun {
-  int exit_code;
-  std::string out;
-};
-
-CliRun simulate(const std::string& args) {
-  const std::string cmd = std::string(DSINFER_BINARY) + " simulate " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  CliRun r{-1, {}};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+test_paths::CommandResult simulate(const std::string& args) {
+  return test_paths::run_command(std::string(DSINFER_BINARY) + " simulate " + args + " 2>&1");
 }
 
 class SimulateCli : public ::testing::Test {
@@ -49,8 +36,8 @@ class SimulateCli : public ::testing::Test {
 };
 
 TEST_F(SimulateCli, TraceAndCostFilesGiveTheHandComputedTimes) {
-  const CliRun r = simulate("--trace " + path("trace.jsonl") + " --costs " + path("costs.json") + " --json");
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const test_paths::CommandResult r = simulate("--trace " + path("trace.jsonl") + " --costs " + path("costs.json") + " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["completed"], 1);
   // 500 tokens at 1000 tok/s; then 2 decode steps of 1/100 s.
@@ -60,35 +47,35 @@ TEST_F(SimulateCli, TraceAndCostFilesGiveTheHandComputedTimes) {
 
 TEST_F(SimulateCli, GeneratedTraceIsDeterministicAndWritten) {
   const std::string args = "--prefill 3 --decode 5 --requests 200 --rate 20 --seed 9 --json --write-trace ";
-  const CliRun a = simulate(args + path("a.jsonl"));
-  const CliRun b = simulate(args + path("b.jsonl"));
-  ASSERT_EQ(a.exit_code, 0) << a.out;
+  const test_paths::CommandResult a = simulate(args + path("a.jsonl"));
+  const test_paths::CommandResult b = simulate(args + path("b.jsonl"));
+  ASSERT_EQ(a.status, 0) << a.out;
   EXPECT_EQ(a.out, b.out);
   std::ifstream in(path("a.jsonl"));
   int lines = 0;
   for (std::string line; std::getline(in, line);) ++lines;
   EXPECT_EQ(lines, 200);
   // The written trace replays to the same report.
-  const CliRun c = simulate("--prefill 3 --decode 5 --json --trace " + path("a.jsonl"));
+  const test_paths::CommandResult c = simulate("--prefill 3 --decode 5 --json --trace " + path("a.jsonl"));
   EXPECT_EQ(c.out, a.out);
 }
 
 TEST_F(SimulateCli, CapacityAnswersOrSaysNo) {
   const std::string base = "--costs " + path("costs.json") + " --trace " + path("trace.jsonl") + " --capacity";
-  const CliRun ok = simulate(base + " --target-ttft 1 --target-tpot 0.02");
-  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  const test_paths::CommandResult ok = simulate(base + " --target-ttft 1 --target-tpot 0.02");
+  EXPECT_EQ(ok.status, 0) << ok.out;
   EXPECT_NE(ok.out.find("smallest cluster: 1P x 1D"), std::string::npos) << ok.out;
-  const CliRun no = simulate(base + " --target-ttft 0.1 --max-prefill 4 --max-decode 4");
-  EXPECT_EQ(no.exit_code, 3) << no.out;
+  const test_paths::CommandResult no = simulate(base + " --target-ttft 0.1 --max-prefill 4 --max-decode 4");
+  EXPECT_EQ(no.status, 3) << no.out;
   EXPECT_NE(no.out.find("no cluster up to 4P x 4D"), std::string::npos) << no.out;
 }
 
 TEST_F(SimulateCli, BadFlagsAreErrors) {
-  EXPECT_NE(simulate("--decode-policy random").exit_code, 0);
-  EXPECT_NE(simulate("--buckets 64K,16K").exit_code, 0);
-  EXPECT_NE(simulate("--trace " + path("missing.jsonl")).exit_code, 0);
-  const CliRun help = simulate("--help");
-  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(simulate("--decode-policy random").status, 0);
+  EXPECT_NE(simulate("--buckets 64K,16K").status, 0);
+  EXPECT_NE(simulate("--trace " + path("missing.jsonl")).status, 0);
+  const test_paths::CommandResult help = simulate("--help");
+  EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.out.find("--capacity"), std::string::npos);
 }
 

@@ -1,21 +1,18 @@
 // `dsinfer tokenize` and `dsinfer mktokenizer`, run as processes (the tokenizer-only build of the
 // same command sources, DSINFER_TOKENIZER_CLI).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "tokenizer_files.h"
+#include "run_command.h"
 
 namespace dsinfer::tokenizer {
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
+using Result = test_paths::CommandResult;
 
 Result run(const std::string& command, const std::string& input) {
   const std::string in_path = std::filesystem::temp_directory_path() / ("dsinfer_cli_in_" + std::to_string(::getpid()));
@@ -23,14 +20,7 @@ Result run(const std::string& command, const std::string& input) {
     std::ofstream f(in_path, std::ios::binary);
     f << input;
   }
-  Result r;
-  FILE* p = ::popen((command + " < " + in_path + " 2>/dev/null").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  auto r = test_paths::run_command(command + " < " + in_path + " 2>/dev/null");
   std::filesystem::remove(in_path);
   return r;
 }

@@ -225,16 +225,22 @@ TEST(EngineKvStore, ACorruptedRecordIsAMissAndTheAnswerIsTheColdOne) {
   EXPECT_EQ(metric(*second, "kv_store_blocks_imported_total"), 0);
 }
 
-TEST(EngineKvStore, ARequestWaitingForItsBlocksHoldsNoOtherBack) {
-  ToyConfig cfg;
-  ToyModel reference(cfg);
-  auto model = std::make_shared<ToyModel>(cfg);
-  auto connector = std::make_shared<HeldConnector>();
-  RequestSpec spec = long_request(8);
-  {
+// A store that already holds a long request's blocks (written by a first engine), and a connector whose
+// answers the test can hold back.
+class EngineKvStoreHeld : public ::testing::Test {
+ protected:
+  void SetUp() override {
     auto first = make_engine(model, kv_options(connector));
     ASSERT_EQ(run_all(*first, {spec}).size(), 1u);
   }
+  ToyConfig cfg;
+  ToyModel reference{cfg};
+  std::shared_ptr<ToyModel> model = std::make_shared<ToyModel>(cfg);
+  std::shared_ptr<HeldConnector> connector = std::make_shared<HeldConnector>();
+  RequestSpec spec = long_request(8);
+};
+
+TEST_F(EngineKvStoreHeld, ARequestWaitingForItsBlocksHoldsNoOtherBack) {
   ASSERT_EQ(connector->blocks(), 5u);
   for (bool overlap : {false, true}) {
     connector->hold(true);
@@ -260,16 +266,7 @@ TEST(EngineKvStore, ARequestWaitingForItsBlocksHoldsNoOtherBack) {
   }
 }
 
-TEST(EngineKvStore, CancellingARequestWhileItsBlocksLoadEndsIt) {
-  ToyConfig cfg;
-  ToyModel reference(cfg);
-  auto model = std::make_shared<ToyModel>(cfg);
-  auto connector = std::make_shared<HeldConnector>();
-  RequestSpec spec = long_request(8);
-  {
-    auto first = make_engine(model, kv_options(connector));
-    ASSERT_EQ(run_all(*first, {spec}).size(), 1u);
-  }
+TEST_F(EngineKvStoreHeld, CancellingARequestWhileItsBlocksLoadEndsIt) {
   connector->hold(true);
   EngineOptions o = kv_options(connector);
   o.kv_load_timeout_ms = 600'000;
@@ -289,16 +286,7 @@ TEST(EngineKvStore, CancellingARequestWhileItsBlocksLoadEndsIt) {
   EXPECT_EQ(engine->metrics().extra.at("kv_loading"), 0);
 }
 
-TEST(EngineKvStore, ALoadThatNeverAnswersTimesOutIntoAColdPrefill) {
-  ToyConfig cfg;
-  ToyModel reference(cfg);
-  auto model = std::make_shared<ToyModel>(cfg);
-  auto connector = std::make_shared<HeldConnector>();
-  RequestSpec spec = long_request(8);
-  {
-    auto first = make_engine(model, kv_options(connector));
-    ASSERT_EQ(run_all(*first, {spec}).size(), 1u);
-  }
+TEST_F(EngineKvStoreHeld, ALoadThatNeverAnswersTimesOutIntoAColdPrefill) {
   connector->hold(true);
   EngineOptions o = kv_options(connector);
   o.kv_load_timeout_ms = 20;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <map>
@@ -149,6 +150,31 @@ bool is_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
+// Runs the waves one after the other. Every request either gives the fault-free reference's outcome
+// or ends with the injected error after a prefix of the reference's tokens; adds those to *errors.
+// `before_wave(w)` runs before wave w (checks that need the earlier waves done).
+void run_waves(Engine& engine, const std::vector<std::vector<RequestSpec>>& waves, ToyModel& reference, int32_t eos,
+               bool bad_alloc, const std::function<void(size_t)>& before_wave, int64_t* errors) {
+  for (size_t w = 0; w < waves.size(); ++w) {
+    before_wave(w);
+    const auto out = run_all(engine, waves[w]);
+    ASSERT_EQ(out.size(), waves[w].size()) << "wave " << w << " did not finish";
+    for (size_t i = 0; i < out.size(); ++i) {
+      const Outcome want = expected_outcome(reference, waves[w][i], eos);
+      const std::string what = "wave " + std::to_string(w) + " request " + std::to_string(i);
+      if (out[i].finish == FinishReason::kError) {
+        ++*errors;
+        EXPECT_NE(out[i].error.find(bad_alloc ? "bad_alloc" : "injected fault"), std::string::npos)
+            << what << ": " << out[i].error;
+        EXPECT_TRUE(is_prefix(out[i].tokens, want.tokens)) << what;
+      } else {
+        EXPECT_EQ(out[i].tokens, want.tokens) << what;
+        EXPECT_EQ(out[i].finish, want.finish) << what << " error: " << out[i].error;
+      }
+    }
+  }
+}
+
 TEST(EngineFaults, AModelFaultEndsOnlyTheRequestsOfItsStep) {
   const std::vector<Fault> faults = {
       {Phase::kNewSequence, 5, false}, {Phase::kNewSequence, 9, true}, {Phase::kAttach, 3, false},
@@ -182,26 +208,12 @@ TEST(EngineFaults, AModelFaultEndsOnlyTheRequestsOfItsStep) {
       std::vector<std::vector<RequestSpec>> waves;
       for (int n : {16, 16, 8}) waves.push_back(workload(rng, n, prefix, !speculative, cfg.vocab));
       int64_t errors = 0;
-      for (size_t w = 0; w < waves.size(); ++w) {
+      run_waves(*engine, waves, reference, cfg.eos, fault.bad_alloc, [&](size_t w) {
         if (w == 2) {
-          ASSERT_EQ(model->fired(), 1) << "the fault must have happened in the first two waves";
+          EXPECT_EQ(model->fired(), 1) << "the fault must have happened in the first two waves";
         }
-        const auto out = run_all(*engine, waves[w]);
-        ASSERT_EQ(out.size(), waves[w].size()) << "wave " << w << " did not finish";
-        for (size_t i = 0; i < out.size(); ++i) {
-          const Outcome want = expected_outcome(reference, waves[w][i], cfg.eos);
-          const std::string what = "wave " + std::to_string(w) + " request " + std::to_string(i);
-          if (out[i].finish == FinishReason::kError) {
-            ++errors;
-            EXPECT_NE(out[i].error.find(fault.bad_alloc ? "bad_alloc" : "injected fault"), std::string::npos)
-                << what << ": " << out[i].error;
-            EXPECT_TRUE(is_prefix(out[i].tokens, want.tokens)) << what;
-          } else {
-            EXPECT_EQ(out[i].tokens, want.tokens) << what;
-            EXPECT_EQ(out[i].finish, want.finish) << what << " error: " << out[i].error;
-          }
-        }
-      }
+      }, &errors);
+      if (HasFatalFailure()) return;
       switch (fault.phase) {
         case Phase::kForward:
           EXPECT_EQ(errors, model->faulted_items());  // every sequence of the forward, no other
@@ -368,26 +380,12 @@ TEST(EngineFaults, AKvConnectorOrBlockTransferFaultCostsOnlyTheStore) {
       auto engine = make_engine(model, o);
       // The warmed wave again (its blocks come from the store), a new one, and one after the fault.
       int64_t errors = 0;
-      for (size_t w = 0; w < waves.size(); ++w) {
+      run_waves(*engine, waves, reference, cfg.eos, c.model.bad_alloc, [&](size_t w) {
         if (w == 2) {
-          ASSERT_GE(model->fired() + connector->fired(), 1) << "the fault must have happened in the first two waves";
+          EXPECT_GE(model->fired() + connector->fired(), 1) << "the fault must have happened in the first two waves";
         }
-        const auto out = run_all(*engine, waves[w]);
-        ASSERT_EQ(out.size(), waves[w].size()) << "wave " << w << " did not finish";
-        for (size_t i = 0; i < out.size(); ++i) {
-          const Outcome want = expected_outcome(reference, waves[w][i], cfg.eos);
-          const std::string what = "wave " + std::to_string(w) + " request " + std::to_string(i);
-          if (out[i].finish == FinishReason::kError) {
-            ++errors;
-            EXPECT_NE(out[i].error.find(c.model.bad_alloc ? "bad_alloc" : "injected fault"), std::string::npos)
-                << what << ": " << out[i].error;
-            EXPECT_TRUE(is_prefix(out[i].tokens, want.tokens)) << what;
-          } else {
-            EXPECT_EQ(out[i].tokens, want.tokens) << what;
-            EXPECT_EQ(out[i].finish, want.finish) << what << " error: " << out[i].error;
-          }
-        }
-      }
+      }, &errors);
+      if (HasFatalFailure()) return;
       EXPECT_EQ(errors, c.errors);
       engine->shutdown(true);
       EXPECT_EQ(model->inner().live_sequences(), 0);

@@ -1,12 +1,13 @@
 // n > 1 and best_of against the real server with the official client: n choices indexed 0..n-1 (also
 // streamed), usage with the prompt counted once, the seed rule (choice i samples with seed + i, so it
-// equals the n = 1 request with that seed), best_of's ranking, and the bounds.
+// equals the n = 1 request with that seed), best_of's ranking, the bounds, and the prompt computed once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { openaiServerForFile, MODEL, metrics, waitFor } from './harness.mjs';
+import { openaiServerForFile, MODEL, metrics, startServer, waitFor } from './harness.mjs';
 
 
-const file = openaiServerForFile();
+// No persistent KV store: a prompt must not hit what an earlier run of this file left on disk.
+const file = openaiServerForFile(['--no-kv-store']);
 
 const chat = (extra) => ({
   model: MODEL, temperature: 1, max_tokens: 6, thinking: { type: 'disabled' }, ignore_eos: true,
@@ -171,4 +172,66 @@ test('best_of below n, out of range, or streamed is a 400', async () => {
   await assert.rejects(file.client.completions.create(completion({ best_of: 17 })), (e) => e.status === 400);
   await assert.rejects(file.client.completions.create(completion({ best_of: 2, stream: true })),
     (e) => e.status === 400 && /best_of/.test(e.message));
+});
+
+// n > 1 shares the prompt's KV: choices 1..n-1 start when choice 0's first token comes, and resume from
+// its blocks and the window snapshot at the prompt's last block boundary in the prefix cache. A 600-token
+// prompt has 4 full 128-token blocks that can end a resume ((600 - 1) div 128 = 4: 512 tokens), so each
+// later choice computes only the last 88. Each choice is still exactly the n = 1 request with seed + i
+// computed cold (a server without the prefix cache), token for token and logprob for logprob.
+const LONG_PROMPT = Array.from({ length: 600 }, (_, i) => 1000 + ((i * 7919) % 20000));
+const RESUMED = 512;
+
+async function engineCounters(server) {
+  const m = await metrics(server);
+  return {
+    prompt: m.get('dsinfer_engine_prompt_tokens_total'),
+    cached: m.get('dsinfer_engine_cached_tokens_total'),
+    prefill: m.get('dsinfer_engine_prefill_tokens_total'),
+  };
+}
+
+async function longCompletion(server, extra) {
+  const r = await fetch(`${server.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, prompt: LONG_PROMPT, max_tokens: 8, temperature: 1, ignore_eos: true,
+      logprobs: 0, ...extra }),
+  });
+  assert.equal(r.status, 200, await r.clone().text());
+  return r.json();
+}
+
+const tokensOf = (choice) => ({ text: choice.text, tokens: choice.logprobs.tokens,
+  logprobs: choice.logprobs.token_logprobs });
+
+test('n=4 on a long prompt computes the prompt once; each choice is the cold n=1 request', async () => {
+  const seed = 2024;
+  const before = await engineCounters(file.server);
+  const shared = await longCompletion(file.server, { n: 4, seed });
+  const after = await engineCounters(file.server);
+  const P = LONG_PROMPT.length;
+  assert.equal(shared.usage.prompt_tokens, P);
+  assert.equal(shared.usage.prompt_tokens_details.cached_tokens, 0);  // the prompt counted once, as computed
+  assert.equal(after.prompt - before.prompt, 4 * P);
+  assert.equal(after.cached - before.cached, 3 * RESUMED);
+  assert.equal(after.prefill - before.prefill, P + 3 * (P - RESUMED));
+
+  const cold = await startServer(['--no-prefix-cache']);
+  try {
+    for (let i = 0; i < 4; ++i) {
+      const single = await longCompletion(cold, { seed: seed + i });
+      assert.deepEqual(tokensOf(shared.choices[i]), tokensOf(single.choices[0]), `choice ${i}`);
+    }
+    assert.ok(new Set(shared.choices.map((c) => c.text)).size > 1, 'the choices differ');
+    // Without the prefix cache n > 1 still works: every choice computes the prompt.
+    const c0 = await engineCounters(cold);
+    const unshared = await longCompletion(cold, { n: 4, seed });
+    const c1 = await engineCounters(cold);
+    assert.equal(c1.prefill - c0.prefill, 4 * P);
+    assert.deepEqual(unshared.choices.map(tokensOf), shared.choices.map(tokensOf));
+  } finally {
+    const { code } = await cold.stop();
+    assert.equal(code, 0, cold.stderr());
+  }
 });

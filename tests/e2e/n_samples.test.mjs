@@ -235,3 +235,34 @@ test('n=4 on a long prompt computes the prompt once; each choice is the cold n=1
     assert.equal(code, 0, cold.stderr());
   }
 });
+
+// A client that leaves before choice 0's first token: the later choices, not submitted yet, end with it
+// (the leave is usually seen during the long prompt's prefill; the outcome is the same either way).
+test('aborting an n=3 call on a long prompt as its headers arrive cancels all three choices', async () => {
+  const state = async () => {
+    const m = await metrics(file.server);
+    return {
+      inFlight: m.get('dsinfer_requests_in_flight'),
+      running: m.get('dsinfer_engine_running_requests'),
+      waiting: m.get('dsinfer_engine_waiting_requests'),
+      cancelled: m.get('dsinfer_requests_cancelled_total', { why: 'client_disconnect' }) ?? 0,
+      finishedCancelled: m.get('dsinfer_requests_finished_total', { reason: 'cancelled' }) ?? 0,
+    };
+  };
+  const before = await state();
+  const prompt = LONG_PROMPT.map((t) => t + 1);  // not in the cache: choice 0 prefills it all
+  const abort = new AbortController();
+  const r = await fetch(`${file.server.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, prompt, max_tokens: 5000, ignore_eos: true, n: 3, stream: true }),
+    signal: abort.signal,
+  });
+  assert.equal(r.status, 200);
+  abort.abort();
+  const after = await waitFor(async () => {
+    const s = await state();
+    return s.cancelled === before.cancelled + 3 && s.inFlight === 0 && s.running === 0 && s.waiting === 0 ? s : null;
+  }, { what: 'three cancellations in /metrics' });
+  assert.equal(after.finishedCancelled, before.finishedCancelled + 3);
+});

@@ -231,6 +231,13 @@ void refuse_unsupported(int route, const Json& body) {
   if (route == kResponses) {
     if (given("top_logprobs")) refuse_logprobs("top_logprobs");
   }
+  if (route == kChat) {
+    // best_of ranks candidates on Completions only (OpenAI's Chat Completions has none); 1 changes nothing.
+    auto it = body.find("best_of");
+    if (it != body.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 1))
+      throw_api_error(400, "'best_of' is not supported on Chat Completions: use n (best_of is a Completions parameter)",
+                      "unsupported_parameter", "best_of");
+  }
 }
 
 // OpenAI's n (Chat Completions, Completions): that many choices, each its own engine request. Bounded

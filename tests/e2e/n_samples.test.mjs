@@ -166,6 +166,16 @@ test('best_of answers the candidates with the highest logprob sums', async () =>
   assert.equal(two.usage.completion_tokens, 24);  // every candidate was generated
 });
 
+// Chat Completions has no best_of (a Completions parameter): refused rather than ignored; 1 is a no-op.
+test('chat best_of above 1 is a 400, best_of 1 is n=1', async () => {
+  for (const best_of of [2, 16]) {
+    await assert.rejects(file.client.chat.completions.create(chat({ best_of })),
+      (e) => e.status === 400 && e.code === 'unsupported_parameter' && e.param === 'best_of', `best_of ${best_of}`);
+  }
+  const one = await file.client.chat.completions.create(chat({ best_of: 1, seed: 3 }));
+  assert.equal(one.choices.length, 1);
+});
+
 test('best_of below n, out of range, or streamed is a 400', async () => {
   await assert.rejects(file.client.completions.create(completion({ n: 3, best_of: 2 })),
     (e) => e.status === 400 && /best_of/.test(e.message));

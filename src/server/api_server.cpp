@@ -430,8 +430,9 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
                  : r.status == engine::SubmitStatus::kShuttingDown ? 503
                  : r.status == engine::SubmitStatus::kTooLong      ? 400
                                                                    : 500;
-      g.why = r.status == engine::SubmitStatus::kShuttingDown ? "the server is shutting down"
-                                                              : "a choice was not accepted: " + r.message;
+      g.why = r.status == engine::SubmitStatus::kShuttingDown ? std::string("the server is shutting down")
+              : r.status == engine::SubmitStatus::kQueueFull  ? "the engine's queue is full: " + r.message
+                                                              : r.message;
       std::string bytes;
       if (c->stream) bytes = c->out->begin(c->prompt_tokens, g.cached_tokens) + c->out->end(StreamEnd::kError, g.why);
       c->complete(std::move(bytes), StreamEnd::kError, g.why);

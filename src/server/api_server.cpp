@@ -230,6 +230,10 @@ void refuse_unsupported(int route, const Json& body) {
   };
   if (route == kResponses) {
     if (given("top_logprobs")) refuse_logprobs("top_logprobs");
+    // Other include values (reasoning.encrypted_content, which stateless clients send) change nothing here.
+    if (auto inc = body.find("include"); inc != body.end() && inc->is_array())
+      for (const auto& v : *inc)
+        if (v.is_string() && v.get<std::string>() == "message.output_text.logprobs") refuse_logprobs("include");
   }
   if (route == kChat) {
     // best_of ranks candidates on Completions only (OpenAI's Chat Completions has none); 1 changes nothing.

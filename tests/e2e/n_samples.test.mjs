@@ -198,6 +198,8 @@ async function engineCounters(server) {
     prompt: m.get('dsinfer_engine_prompt_tokens_total'),
     cached: m.get('dsinfer_engine_cached_tokens_total'),
     prefill: m.get('dsinfer_engine_prefill_tokens_total'),
+    exact: m.get('dsinfer_engine_prefix_cache_exact_hits_total'),
+    replay: m.get('dsinfer_engine_prefix_cache_replay_hits_total'),
   };
 }
 
@@ -226,6 +228,9 @@ test('n=4 on a long prompt computes the prompt once; each choice is the cold n=1
   assert.equal(after.prompt - before.prompt, 4 * P);
   assert.equal(after.cached - before.cached, 3 * RESUMED);
   assert.equal(after.prefill - before.prefill, P + 3 * (P - RESUMED));
+  // Resumed from the window snapshot, not rebuilt by the (approximate) SWA replay.
+  assert.equal(after.exact - before.exact, 3);
+  assert.equal(after.replay - before.replay, 0);
 
   const cold = await startServer(['--no-prefix-cache']);
   try {

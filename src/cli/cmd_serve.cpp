@@ -157,6 +157,7 @@ int run_serve(int argc, char** argv) {
   eopt.max_running = engine_flags.max_running;
   eopt.max_queue = engine_flags.max_queue;
   eopt.prefix_cache = engine_flags.prefix_cache;
+  opt.share_prompt_kv = engine_flags.prefix_cache;  // n > 1 shares the prompt through the cache
   eopt.swa_replay = engine_flags.swa_replay;
   eopt.speculation = engine_flags.speculation;
   eopt.draft_tokens = engine_flags.draft_tokens;

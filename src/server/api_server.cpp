@@ -230,6 +230,17 @@ void refuse_unsupported(int route, const Json& body) {
   };
   if (route == kResponses) {
     if (given("top_logprobs")) refuse_logprobs("top_logprobs");
+    // Other include values (reasoning.encrypted_content, which stateless clients send) change nothing here.
+    if (auto inc = body.find("include"); inc != body.end() && inc->is_array())
+      for (const auto& v : *inc)
+        if (v.is_string() && v.get<std::string>() == "message.output_text.logprobs") refuse_logprobs("include");
+  }
+  if (route == kChat) {
+    // best_of ranks candidates on Completions only (OpenAI's Chat Completions has none); 1 changes nothing.
+    auto it = body.find("best_of");
+    if (it != body.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 1))
+      throw_api_error(400, "'best_of' is not supported on Chat Completions: use n (best_of is a Completions parameter)",
+                      "unsupported_parameter", "best_of");
   }
 }
 
@@ -291,6 +302,10 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
   // connection's strand, so the group needs no lock; the last choice to end answers for all.
   struct Group {
     std::vector<std::weak_ptr<Call>> members;
+    // Choices 1..n-1 not submitted yet, with their requests: they wait for choice 0's first event
+    // (share_prompt_kv). Held here: until submitted, no engine callback owns them.
+    std::vector<std::pair<std::shared_ptr<Call>, engine::RequestSpec>> waiting;
+    int64_t cached_tokens = 0;  // choice 0's: the prompt is counted once, as choice 0 computed it
     std::vector<std::string> bodies;
     size_t remaining = 0;
     size_t keep = 0;             // best_of: the n candidates with the highest logprob sums are answered
@@ -304,13 +319,21 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
   double logprob_sum = 0;  // of the tokens drawn (best_of ranks candidates by it)
 
   void on_event(const engine::TokenEvent& ev) {
+    handle_event(ev);
+    if (group && choice == 0 && !group->waiting.empty()) start_waiting_choices();
+  }
+
+  void handle_event(const engine::TokenEvent& ev) {
     if (done) return;
     std::string bytes;
     try {
       if (!begun) {
         begun = true;
         if (ev.prompt_tokens > 0) prompt_tokens = ev.prompt_tokens;
-        cached_tokens = ev.cached_tokens;
+        // The siblings' hits on choice 0's blocks are this call's own sharing, not a cache hit to report.
+        const bool shared = group && choice > 0 && server->options_.share_prompt_kv;
+        cached_tokens = shared ? group->cached_tokens : ev.cached_tokens;
+        if (group && choice == 0) group->cached_tokens = cached_tokens;
         bytes += out->begin(prompt_tokens, cached_tokens);
       }
       if (!ev.tokens.empty()) {
@@ -369,14 +392,55 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
     if (done) return;
     client_gone = true;
     server->cancelled_->add({{"route", kRouteNames[route]}, {"why", "client_disconnect"}});
-    server->engine_.cancel(id);  // the engine answers with kCancelled; its KV is freed at once
+    // The engine answers with kCancelled; its KV is freed at once. A choice still waiting for choice 0
+    // (no id yet) ends when choice 0 does.
+    if (id != 0) server->engine_.cancel(id);
   }
 
   void cancel_for_shutdown() {
     if (done || client_gone) return;
     shutdown_cancel = true;
     server->cancelled_->add({{"route", kRouteNames[route]}, {"why", "shutdown"}});
-    server->engine_.cancel(id);
+    if (id != 0) server->engine_.cancel(id);
+  }
+
+  // Choice 0 had its first event: its prompt's blocks are published and the window snapshot at the
+  // prompt's last block boundary is in the prefix cache (engine_core.cpp, take_snapshot), so choices
+  // 1..n-1 submitted now resume there exactly and compute only the prompt's tail. Each still has its own
+  // seed and constraint matcher. If the call failed or its client left meanwhile, they end unsubmitted.
+  void start_waiting_choices() {
+    Group& g = *group;
+    auto waiting = std::move(g.waiting);
+    g.waiting.clear();
+    const auto strand = ex->executor();
+    for (auto& [c, spec] : waiting) {
+      if (c->done) continue;
+      if (g.status != 200 || c->client_gone || c->shutdown_cancel || ex->disconnected()) {
+        c->complete("", StreamEnd::kCancelled, g.why.empty() ? "the request was cancelled" : g.why);
+        continue;
+      }
+      engine::SubmitResult r = server->engine_.submit(std::move(spec), [c = c, strand](const engine::TokenEvent& ev) {
+        boost::asio::post(strand, [c, ev] { c->on_event(ev); });
+      });
+      if (r.status == engine::SubmitStatus::kAccepted) {
+        c->id = r.id;
+        continue;
+      }
+      // Refused (queue full, shutting down): the call fails as when a running choice fails, with
+      // the refusal's status, and the choices already running are cancelled.
+      for (auto& w : g.members)
+        if (auto o = w.lock(); o && o != c && !o->done && o->id != 0) server->engine_.cancel(o->id);
+      g.status = r.status == engine::SubmitStatus::kQueueFull      ? 429
+                 : r.status == engine::SubmitStatus::kShuttingDown ? 503
+                 : r.status == engine::SubmitStatus::kTooLong      ? 400
+                                                                   : 500;
+      g.why = r.status == engine::SubmitStatus::kShuttingDown ? std::string("the server is shutting down")
+              : r.status == engine::SubmitStatus::kQueueFull  ? "the engine's queue is full: " + r.message
+                                                              : r.message;
+      std::string bytes;
+      if (c->stream) bytes = c->out->begin(c->prompt_tokens, g.cached_tokens) + c->out->end(StreamEnd::kError, g.why);
+      c->complete(std::move(bytes), StreamEnd::kError, g.why);
+    }
   }
 
   void complete(std::string bytes, StreamEnd end, const std::string& why = "") {
@@ -432,7 +496,7 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
       g.status = end == StreamEnd::kError ? 500 : 503;
       g.why = why;
       for (auto& w : g.members)
-        if (auto c = w.lock(); c && c.get() != this && !c->done) server->engine_.cancel(c->id);
+        if (auto c = w.lock(); c && c.get() != this && !c->done && c->id != 0) server->engine_.cancel(c->id);
     }
     if (--g.remaining > 0) return false;
     ex->write(g.sse.finish());
@@ -450,7 +514,7 @@ struct ApiServer::Call : std::enable_shared_from_this<ApiServer::Call> {
         g.why = why;
       }
       for (auto& w : g.members)
-        if (auto c = w.lock(); c && c.get() != this && !c->done) server->engine_.cancel(c->id);
+        if (auto c = w.lock(); c && c.get() != this && !c->done && c->id != 0) server->engine_.cancel(c->id);
     } else {
       g.bodies[choice] = out->body();
       g.scores[choice] = logprob_sum;
@@ -1070,7 +1134,10 @@ void ApiServer::submit(std::vector<std::shared_ptr<Call>> calls, std::vector<eng
     return;
   }
   auto strand = ex->executor();
-  for (size_t i = 0; i < calls.size(); ++i) {
+  // n > 1 sharing the prompt: only choice 0 now, the others when its first event comes (on this strand,
+  // so not before this function has returned).
+  const size_t submit_now = calls.size() > 1 && options_.share_prompt_kv ? 1 : calls.size();
+  for (size_t i = 0; i < submit_now; ++i) {
     const auto& c = calls[i];
     engine::SubmitResult r = engine_.submit(std::move(specs[i]), [c, strand](const engine::TokenEvent& ev) {
       boost::asio::post(strand, [c, ev] { c->on_event(ev); });
@@ -1094,6 +1161,7 @@ void ApiServer::submit(std::vector<std::shared_ptr<Call>> calls, std::vector<eng
     }
     c->id = r.id;  // the call owns the slot now
   }
+  for (size_t i = submit_now; i < calls.size(); ++i) call->group->waiting.emplace_back(calls[i], std::move(specs[i]));
   {
     std::lock_guard lock(calls_mu_);
     for (const auto& c : calls) calls_[c.get()] = c;

@@ -49,6 +49,10 @@ struct ApiServerOptions {
   // many bytes (least recently used dropped first); 0 bytes stores nothing.
   std::chrono::milliseconds responses_store_ttl = std::chrono::hours(1);
   int64_t responses_store_bytes = int64_t{256} << 20;
+  // n > 1: choices 1..n-1 are submitted when choice 0's first token arrives, so they resume from the
+  // prompt's blocks and window snapshot in the prefix cache (the prompt is computed once). Only useful
+  // with the engine's prefix cache; false submits every choice at once (each computes the prompt).
+  bool share_prompt_kv = true;
 };
 
 // Why a key cannot serve as the API key ("" when it can): an empty key would leave the server open, and

@@ -113,3 +113,16 @@ test('chat: top_logprobs is validated and needs logprobs', async () => {
   const off = await file.client.chat.completions.create(chat({ logprobs: false }));
   assert.equal(off.choices[0].logprobs, null);
 });
+
+// The Responses API asks for logprobs with top_logprobs or include: ['message.output_text.logprobs'];
+// this server computes none there, so both are refused rather than ignored. Other include values are
+// accepted (stateless clients send reasoning.encrypted_content).
+test('responses: logprobs requests are refused with 400, other include values accepted', async () => {
+  const ask = (extra) => file.client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 4, ...extra });
+  await assert.rejects(ask({ top_logprobs: 2 }),
+    (e) => e.status === 400 && e.code === 'unsupported_parameter' && e.param === 'top_logprobs');
+  await assert.rejects(ask({ include: ['reasoning.encrypted_content', 'message.output_text.logprobs'] }),
+    (e) => e.status === 400 && e.code === 'unsupported_parameter' && e.param === 'include');
+  const r = await ask({ include: ['reasoning.encrypted_content'] });
+  assert.equal(r.object, 'response');
+});

@@ -1,12 +1,13 @@
 // n > 1 and best_of against the real server with the official client: n choices indexed 0..n-1 (also
 // streamed), usage with the prompt counted once, the seed rule (choice i samples with seed + i, so it
-// equals the n = 1 request with that seed), best_of's ranking, and the bounds.
+// equals the n = 1 request with that seed), best_of's ranking, the bounds, and the prompt computed once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { openaiServerForFile, MODEL, metrics, waitFor } from './harness.mjs';
+import { openaiServerForFile, MODEL, metrics, startServer, waitFor } from './harness.mjs';
 
 
-const file = openaiServerForFile();
+// No persistent KV store: a prompt must not hit what an earlier run of this file left on disk.
+const file = openaiServerForFile(['--no-kv-store']);
 
 const chat = (extra) => ({
   model: MODEL, temperature: 1, max_tokens: 6, thinking: { type: 'disabled' }, ignore_eos: true,
@@ -165,10 +166,118 @@ test('best_of answers the candidates with the highest logprob sums', async () =>
   assert.equal(two.usage.completion_tokens, 24);  // every candidate was generated
 });
 
+// Chat Completions has no best_of (a Completions parameter): refused rather than ignored; 1 is a no-op.
+test('chat best_of above 1 is a 400, best_of 1 is n=1', async () => {
+  for (const best_of of [2, 16]) {
+    await assert.rejects(file.client.chat.completions.create(chat({ best_of })),
+      (e) => e.status === 400 && e.code === 'unsupported_parameter' && e.param === 'best_of', `best_of ${best_of}`);
+  }
+  const one = await file.client.chat.completions.create(chat({ best_of: 1, seed: 3 }));
+  assert.equal(one.choices.length, 1);
+});
+
 test('best_of below n, out of range, or streamed is a 400', async () => {
   await assert.rejects(file.client.completions.create(completion({ n: 3, best_of: 2 })),
     (e) => e.status === 400 && /best_of/.test(e.message));
   await assert.rejects(file.client.completions.create(completion({ best_of: 17 })), (e) => e.status === 400);
   await assert.rejects(file.client.completions.create(completion({ best_of: 2, stream: true })),
     (e) => e.status === 400 && /best_of/.test(e.message));
+});
+
+// n > 1 shares the prompt's KV: choices 1..n-1 start when choice 0's first token comes, and resume from
+// its blocks and the window snapshot at the prompt's last block boundary in the prefix cache. A 600-token
+// prompt has 4 full 128-token blocks that can end a resume ((600 - 1) div 128 = 4: 512 tokens), so each
+// later choice computes only the last 88. Each choice is still exactly the n = 1 request with seed + i
+// computed cold (a server without the prefix cache), token for token and logprob for logprob.
+const LONG_PROMPT = Array.from({ length: 600 }, (_, i) => 1000 + ((i * 7919) % 20000));
+const RESUMED = 512;
+
+async function engineCounters(server) {
+  const m = await metrics(server);
+  return {
+    prompt: m.get('dsinfer_engine_prompt_tokens_total'),
+    cached: m.get('dsinfer_engine_cached_tokens_total'),
+    prefill: m.get('dsinfer_engine_prefill_tokens_total'),
+    exact: m.get('dsinfer_engine_prefix_cache_exact_hits_total'),
+    replay: m.get('dsinfer_engine_prefix_cache_replay_hits_total'),
+  };
+}
+
+async function longCompletion(server, extra) {
+  const r = await fetch(`${server.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, prompt: LONG_PROMPT, max_tokens: 8, temperature: 1, ignore_eos: true,
+      logprobs: 0, ...extra }),
+  });
+  assert.equal(r.status, 200, await r.clone().text());
+  return r.json();
+}
+
+const tokensOf = (choice) => ({ text: choice.text, tokens: choice.logprobs.tokens,
+  logprobs: choice.logprobs.token_logprobs });
+
+test('n=4 on a long prompt computes the prompt once; each choice is the cold n=1 request', async () => {
+  const seed = 2024;
+  const before = await engineCounters(file.server);
+  const shared = await longCompletion(file.server, { n: 4, seed });
+  const after = await engineCounters(file.server);
+  const P = LONG_PROMPT.length;
+  assert.equal(shared.usage.prompt_tokens, P);
+  assert.equal(shared.usage.prompt_tokens_details.cached_tokens, 0);  // the prompt counted once, as computed
+  assert.equal(after.prompt - before.prompt, 4 * P);
+  assert.equal(after.cached - before.cached, 3 * RESUMED);
+  assert.equal(after.prefill - before.prefill, P + 3 * (P - RESUMED));
+  // Resumed from the window snapshot, not rebuilt by the (approximate) SWA replay.
+  assert.equal(after.exact - before.exact, 3);
+  assert.equal(after.replay - before.replay, 0);
+
+  const cold = await startServer(['--no-prefix-cache']);
+  try {
+    for (let i = 0; i < 4; ++i) {
+      const single = await longCompletion(cold, { seed: seed + i });
+      assert.deepEqual(tokensOf(shared.choices[i]), tokensOf(single.choices[0]), `choice ${i}`);
+    }
+    assert.ok(new Set(shared.choices.map((c) => c.text)).size > 1, 'the choices differ');
+    // Without the prefix cache n > 1 still works: every choice computes the prompt.
+    const c0 = await engineCounters(cold);
+    const unshared = await longCompletion(cold, { n: 4, seed });
+    const c1 = await engineCounters(cold);
+    assert.equal(c1.prefill - c0.prefill, 4 * P);
+    assert.deepEqual(unshared.choices.map(tokensOf), shared.choices.map(tokensOf));
+  } finally {
+    const { code } = await cold.stop();
+    assert.equal(code, 0, cold.stderr());
+  }
+});
+
+// A client that leaves before choice 0's first token: the later choices, not submitted yet, end with it
+// (the leave is usually seen during the long prompt's prefill; the outcome is the same either way).
+test('aborting an n=3 call on a long prompt as its headers arrive cancels all three choices', async () => {
+  const state = async () => {
+    const m = await metrics(file.server);
+    return {
+      inFlight: m.get('dsinfer_requests_in_flight'),
+      running: m.get('dsinfer_engine_running_requests'),
+      waiting: m.get('dsinfer_engine_waiting_requests'),
+      cancelled: m.get('dsinfer_requests_cancelled_total', { why: 'client_disconnect' }) ?? 0,
+      finishedCancelled: m.get('dsinfer_requests_finished_total', { reason: 'cancelled' }) ?? 0,
+    };
+  };
+  const before = await state();
+  const prompt = LONG_PROMPT.map((t) => t + 1);  // not in the cache: choice 0 prefills it all
+  const abort = new AbortController();
+  const r = await fetch(`${file.server.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, prompt, max_tokens: 5000, ignore_eos: true, n: 3, stream: true }),
+    signal: abort.signal,
+  });
+  assert.equal(r.status, 200);
+  abort.abort();
+  const after = await waitFor(async () => {
+    const s = await state();
+    return s.cancelled === before.cancelled + 3 && s.inFlight === 0 && s.running === 0 && s.waiting === 0 ? s : null;
+  }, { what: 'three cancellations in /metrics' });
+  assert.equal(after.finishedCancelled, before.finishedCancelled + 3);
 });

@@ -643,7 +643,8 @@ void ApiServer::handle(std::shared_ptr<Exchange> ex) {
     case kOther:
       // Under /v1/ an unknown path is only told apart from a known one after authentication: no route
       // enumeration without the key.
-      if (req.path.rfind("/v1/", 0) != 0 && req.path != "/v1")
+      if (req.path.rfind("/v1/", 0) != 0 && req.path != "/v1" &&
+          !(options_.internal_routes && req.path.rfind("/internal/", 0) == 0))
         return reply_error(ex, route, 404, core::str_cat("no route for ", req.method, " ", req.path), "not_found");
       break;
     default: break;
@@ -653,6 +654,9 @@ void ApiServer::handle(std::shared_ptr<Exchange> ex) {
     return reply_error(ex, route, 401, "invalid or missing API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')",
                        "invalid_api_key", {{"WWW-Authenticate", "Bearer"}});
   }
+  if (route == kOther && options_.internal_routes && req.path.rfind("/internal/", 0) == 0 &&
+      options_.internal_routes(ex))
+    return;
   if (route == kOther)
     return reply_error(ex, route, 404, core::str_cat("no route for ", req.method, " ", req.path), "not_found");
   if (route == kStoredResponse) return stored_response(ex);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,9 @@ struct ApiServerOptions {
   // many bytes (least recently used dropped first); 0 bytes stores nothing.
   std::chrono::milliseconds responses_store_ttl = std::chrono::hours(1);
   int64_t responses_store_bytes = int64_t{256} << 20;
+  // Routes under /internal/ (a cluster's router <-> worker protocol), served after authentication: the
+  // handler answers the exchange and returns true, or returns false for a path it does not serve (404).
+  std::function<bool(const std::shared_ptr<Exchange>&)> internal_routes;
 };
 
 // Why a key cannot serve as the API key ("" when it can): an empty key would leave the server open, and
@@ -76,6 +80,10 @@ class ApiServer {
   void cancel_in_flight();
 
   std::string render_metrics() const { return metrics_.render(); }
+  // More samples for /metrics, written at scrape time (e.g. a router's per-worker gauges).
+  void add_metrics_collector(std::function<void(PromWriter&)> collector) {
+    metrics_.add_collector(std::move(collector));
+  }
 
   struct Call;  // one generation request (api_server.cpp)
 

@@ -92,17 +92,28 @@ void write_router_metrics(const router::RouterStats& s, server::PromWriter& w) {
 
 void serve_internal(router::RemoteEngine& eng, const std::shared_ptr<server::Exchange>& ex) {
   const auto& req = ex->request();
-  const auto reply = [&](int status, const std::string& body) { ex->respond(status, "application/json", body); };
+  const auto error = [&](int status, const std::string& message) {
+    ex->respond(status, "application/json",
+                server::error_body(server::ErrorFlavor::kOpenAI, server::ApiError{status, message, "", "", {}}));
+  };
+  const bool get = req.method == "GET" || req.method == "HEAD";
   if (req.path == "/internal/v1/workers/heartbeat") {
-    if (req.method != "POST") return reply(405, R"({"error":{"message":"use POST","type":"invalid_request_error"}})");
+    if (req.method != "POST") return error(405, "use POST");
     try {
-      return reply(200, eng.heartbeat(ex->take_body()));
+      return ex->respond(200, "application/json", eng.heartbeat(ex->take_body()));
     } catch (const core::Error& e) {
-      return reply(400, server::error_body(server::ErrorFlavor::kOpenAI, server::ApiError{400, e.what(), "", "", {}}));
+      return error(400, e.what());
     }
   }
-  if (req.path == "/internal/v1/workers") return reply(200, eng.workers_json());
-  reply(200, R"({"role":"router","ready":true})");  // /internal/v1/health
+  if (req.path == "/internal/v1/workers") {
+    if (!get) return error(405, "use GET");
+    return ex->respond(200, "application/json", eng.workers_json());
+  }
+  if (req.path == "/internal/v1/health") {
+    if (!get) return error(405, "use GET");
+    return ex->respond(200, "application/json", R"({"role":"router","ready":true})");
+  }
+  error(404, "no route for " + req.method + " " + req.path);
 }
 
 int run_router(int argc, char** argv) {
@@ -228,16 +239,10 @@ int run_router(int argc, char** argv) {
   ropt.max_queue = static_cast<int32_t>(args.get_int("max-queue", 1, INT32_MAX));
   auto eng = std::make_unique<router::RemoteEngine>(ropt);
   router::RemoteEngine* eng_ptr = eng.get();
-  opt.internal_routes = [eng_ptr](const std::shared_ptr<server::Exchange>& ex) {
-    const std::string& path = ex->request().path;
-    if (path != "/internal/v1/workers/heartbeat" && path != "/internal/v1/workers" && path != "/internal/v1/health")
-      return false;
-    serve_internal(*eng_ptr, ex);
-    return true;
-  };
+  opt.internal_routes = [eng_ptr](std::shared_ptr<server::Exchange> ex) { serve_internal(*eng_ptr, ex); };
+  opt.extra_metrics = [eng_ptr](server::PromWriter& w) { write_router_metrics(eng_ptr->stats(), w); };
 
   server::ApiServer api(opt, *eng, *tok);
-  api.add_metrics_collector([eng_ptr](server::PromWriter& w) { write_router_metrics(eng_ptr->stats(), w); });
   api.start();
   std::printf("dsinfer router: model \"%s\" (config and tokenizer from %s, context %lld tokens)\n",
               opt.model_names.front().c_str(), model_dir.c_str(), static_cast<long long>(ropt.max_context));

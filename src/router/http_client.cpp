@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <limits>
 #include <optional>
 
 #include <boost/asio/connect.hpp>
@@ -104,7 +105,8 @@ int HttpCall::request(const HttpUrl& url, const std::string& method, const std::
   http::write(s_->socket, req, ec);
   if (ec || cancelled()) throw TransportError("sending to " + url.host + ":" + url.port + ": " + ec.message());
   s_->parser.emplace();
-  s_->parser->body_limit(boost::none);
+  // A number, not boost::none: Beast 1.74 compares the length against the optional, and none loses.
+  s_->parser->body_limit(std::numeric_limits<std::uint64_t>::max());
   http::read_header(s_->socket, s_->buffer, *s_->parser, ec);
   if (ec || cancelled())
     throw TransportError("no response from " + url.host + ":" + url.port + ": " + (ec ? ec.message() : "cancelled"));

@@ -334,6 +334,7 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
   if (!attach(r, &call)) return Attempt::kRetry;
   std::string failure;
   bool finished = false;
+  bool unreachable = false;  // the connection failed or broke: the worker is presumed dead
   try {
     const int status = call.request(parse_http_url(decode_url), "POST", "/internal/v1/decode",
                                     decode_request_json(r.spec, before, transfer, reply.first_token), options_.api_key);
@@ -380,10 +381,14 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
         });
         chunk.clear();
       }
-      if (!finished) failure = "the stream ended without a finish line";
+      if (!finished) {
+        failure = "the stream ended without a finish line";
+        unreachable = true;
+      }
     }
   } catch (const TransportError& e) {
     failure = e.what();
+    unreachable = true;
   } catch (const core::Error& e) {
     failure = e.what();
   }
@@ -394,7 +399,9 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
   if (!r.cancelled) {
     DSINFER_LOG_WARN("router: decode worker ", decode_id, " failed request ", r.id, " after ",
                      r.progress.generated.size(), " tokens: ", failure);
-    drop_worker_locked(decode_id, failure);
+    // An HTTP error before the stream (the state did not arrive: 502/504) or an error line is no sign
+    // that the decode worker is gone: the request is re-submitted, the worker stays.
+    if (unreachable) drop_worker_locked(decode_id, failure);
   }
   return Attempt::kRetry;
 }

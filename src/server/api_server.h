@@ -50,9 +50,11 @@ struct ApiServerOptions {
   // many bytes (least recently used dropped first); 0 bytes stores nothing.
   std::chrono::milliseconds responses_store_ttl = std::chrono::hours(1);
   int64_t responses_store_bytes = int64_t{256} << 20;
-  // Routes under /internal/ (a cluster's router <-> worker protocol), served after authentication: the
-  // handler answers the exchange and returns true, or returns false for a path it does not serve (404).
-  std::function<bool(const std::shared_ptr<Exchange>&)> internal_routes;
+  // A disaggregated worker's routes (disagg/worker.h): requests under /internal/ go here once the API key
+  // is checked. Null: /internal/ paths are 404.
+  std::function<void(std::shared_ptr<Exchange>)> internal_routes;
+  // Appended to /metrics at each scrape (the worker's handoff counters).
+  std::function<void(PromWriter&)> extra_metrics;
 };
 
 // Why a key cannot serve as the API key ("" when it can): an empty key would leave the server open, and
@@ -80,10 +82,6 @@ class ApiServer {
   void cancel_in_flight();
 
   std::string render_metrics() const { return metrics_.render(); }
-  // More samples for /metrics, written at scrape time (e.g. a router's per-worker gauges).
-  void add_metrics_collector(std::function<void(PromWriter&)> collector) {
-    metrics_.add_collector(std::move(collector));
-  }
 
   struct Call;  // one generation request (api_server.cpp)
 

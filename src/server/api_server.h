@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,11 @@ struct ApiServerOptions {
   // many bytes (least recently used dropped first); 0 bytes stores nothing.
   std::chrono::milliseconds responses_store_ttl = std::chrono::hours(1);
   int64_t responses_store_bytes = int64_t{256} << 20;
+  // A disaggregated worker's routes (disagg/worker.h): requests under /internal/ go here once the API key
+  // is checked. Null: /internal/ paths are 404.
+  std::function<void(std::shared_ptr<Exchange>)> internal_routes;
+  // Appended to /metrics at each scrape (the worker's handoff counters).
+  std::function<void(PromWriter&)> extra_metrics;
 };
 
 // Why a key cannot serve as the API key ("" when it can): an empty key would leave the server open, and

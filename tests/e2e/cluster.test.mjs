@@ -4,6 +4,9 @@
 // worker's requests are retried, and a worker that stops heartbeating leaves the pool and rejoins.
 import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { test, before, after } from 'node:test';
 import { env, npm, serverEnv, startServer, parseMetrics, waitFor, MODEL } from './harness.mjs';
 
@@ -74,13 +77,24 @@ before(async () => {
   many = new OpenAI({ baseURL: `${cluster.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
 });
 
+const alive = (pid) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
 after(async () => {
   if (cluster) {
+    const pids = (await workers(cluster)).workers.map((w) => pidOf(w.id));
+    assert.ok(pids.length > 0);
     cluster.proc.kill('SIGTERM');
     const { code } = await cluster.exited;
     assert.equal(code, 0, `cluster exit code\n${cluster.stderr()}`);
-    // No child is left behind.
     assert.match(cluster.stdout(), /dsinfer cluster: stopped/);
+    for (const pid of pids) assert.ok(!alive(pid), `worker ${pid} outlived the cluster`);
   }
   if (single) await single.stop();
 });
@@ -246,4 +260,22 @@ test('kill -9 of a prefill worker: its requests are retried on another', async (
     assert.equal(got[i].choices[0].message.content, want.choices[0].message.content);
   }
   await waitFor(async () => (await workers(cluster)).prefill === 1, { timeoutMs: 30000, what: 'the dead worker leaving' });
+});
+
+test('a worker that cannot start fails the cluster with its name', async () => {
+  // A model directory without weights: the router starts (it needs none), the workers cannot.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsinfer-cluster-'));
+  try {
+    for (const f of ['config.json', 'tokenizer.json']) fs.copyFileSync(path.join(env('DSINFER_E2E_MODEL'), f), path.join(dir, f));
+    const proc = spawn(env('DSINFER_BIN'), ['cluster', '--model', dir, '--prefill', '1', '--decode', '1', '--port', '0'],
+      { stdio: ['ignore', 'pipe', 'pipe'], env: serverEnv(CLUSTER_ENV) });
+    let err = '';
+    proc.stderr.on('data', (d) => { err += d; });
+    proc.stdout.resume();
+    const code = await new Promise((resolve) => proc.on('exit', (c) => resolve(c)));
+    assert.equal(code, 1);
+    assert.match(err, /dsinfer cluster: (prefill|decode) worker 1 \(pid \d+\) failed to start: exit status \d+/);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });

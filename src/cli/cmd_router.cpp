@@ -156,6 +156,8 @@ int run_router(int argc, char** argv) {
   args.option("prefill-quota-tokens", "N", "prompt tokens a prefill worker may have in flight from this router",
               "16384");
   args.option("count-weight", "W", "decode balancer: weight of request count vs KV length, in [0, 1]", "0.5");
+  args.option("reserve-output-tokens", "N",
+              "decode admission reserves prompt + max_tokens of KV, max_tokens counted up to N", "32768");
   args.option("max-failovers", "N", "times one request is re-submitted after worker failures before it fails", "4");
   args.option("queue-timeout", "SECONDS", "a request waiting this long for a prefill worker or decode room fails",
               "60");
@@ -234,6 +236,7 @@ int run_router(int argc, char** argv) {
   ropt.prefill_quota_tokens = args.get_int("prefill-quota-tokens", 1, int64_t{1} << 40);
   ropt.count_weight = args.get_double("count-weight");
   DSINFER_CHECK(ropt.count_weight >= 0 && ropt.count_weight <= 1, "dsinfer router: --count-weight must be in [0, 1]");
+  ropt.reserve_output_tokens = args.get_int("reserve-output-tokens", 1, int64_t{1} << 40);
   ropt.max_failovers = static_cast<int>(args.get_int("max-failovers", 0, 1000));
   ropt.queue_timeout = seconds_of(args, "queue-timeout");
   ropt.max_queue = static_cast<int32_t>(args.get_int("max-queue", 1, INT32_MAX));

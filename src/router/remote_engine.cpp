@@ -121,7 +121,9 @@ engine::SubmitResult RemoteEngine::submit(engine::RequestSpec spec, engine::Toke
 
 bool RemoteEngine::place_decode_locked(Request& r) {
   const auto kv = static_cast<int64_t>(r.spec.prompt_ids.size() + r.progress.generated.size()) + 1;
-  const auto reserve = static_cast<int64_t>(r.spec.prompt_ids.size()) + r.spec.max_tokens;
+  const auto reserve = std::max<int64_t>(
+      kv, static_cast<int64_t>(r.spec.prompt_ids.size()) +
+              std::min<int64_t>(r.spec.max_tokens, options_.reserve_output_tokens));
   const auto idx = decode_.choose(kv, reserve);
   if (!idx) return false;
   decode_.place(*idx, kv, reserve);
@@ -366,9 +368,12 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
           r.progress.generated.insert(r.progress.generated.end(), d.tokens.begin(), d.tokens.end());
           if (!d.tokens.empty()) {
             std::lock_guard<std::mutex> lock(mu_);
-            if (!r.decode_worker.empty()) {
-              decode_.grow(workers_.at(r.decode_worker).decode_index, static_cast<int64_t>(d.tokens.size()));
-              r.decode_kv += static_cast<int64_t>(d.tokens.size());
+            // Counted up to the reservation (reserve_output_tokens may cap it below max_tokens).
+            const int64_t delta =
+                std::min<int64_t>(static_cast<int64_t>(d.tokens.size()), r.decode_reserve - r.decode_kv);
+            if (!r.decode_worker.empty() && delta > 0) {
+              decode_.grow(workers_.at(r.decode_worker).decode_index, delta);
+              r.decode_kv += delta;
             }
           }
           if (d.last) {

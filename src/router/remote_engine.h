@@ -41,6 +41,10 @@ struct RemoteEngineOptions {
   // Prompt tokens a prefill worker may have in flight from this router (its compute quota); a worker
   // also never has more prefills than its max_running.
   int64_t prefill_quota_tokens = 16384;
+  // Admission reserves prompt + max_tokens of decode KV, with max_tokens counted up to this many (a
+  // request that asks for the whole context would otherwise never fit; the worker's engine preempts if
+  // its KV really runs out).
+  int64_t reserve_output_tokens = 32768;
   int max_failovers = 4;  // re-submissions per request before it fails
   // A request waiting this long for a prefill worker (none live, all busy) fails.
   std::chrono::milliseconds queue_timeout{60000};

@@ -237,6 +237,23 @@ TEST(RemoteEngine, ClusterFullOrEmptyIsQueueFull) {
   EXPECT_EQ(eng.stats().rejected_full_total, 2);
 }
 
+TEST(RemoteEngine, ReservationCapAdmitsLongRequestsAndCountsKvWithinIt) {
+  RemoteEngineOptions o = options();
+  o.reserve_output_tokens = 5;
+  RemoteEngine eng(o);
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  Json small = Json::parse(d.heartbeat());
+  small["capacity"]["kv_tokens"] = 10;  // prompt 4 + 5 reserved fits; prompt 4 + max_tokens 20 would not
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(small.dump());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(20), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 20));
+  EXPECT_EQ(eng.stats().failovers_total, 0);  // KV counted past the reservation would have failed it
+}
+
 TEST(RemoteEngine, SilentWorkerLeavesThePoolAndRejoins) {
   RemoteEngineOptions o = options();
   o.lease = std::chrono::milliseconds(200);

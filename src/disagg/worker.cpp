@@ -130,13 +130,12 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     std::vector<Claim> claims;
     while (true) {
       {
+        // Never parked: an idle worker must still progress UCX, or a peer's connection (and the descriptor
+        // it sends ahead of the claim) would wait for this worker's next handoff.
         std::unique_lock<std::mutex> lock(mu);
-        if (offers.empty() && claims.empty()) {
-          cv.wait(lock, [&] { return stopping || !new_offers.empty() || !new_claims.empty(); });
-        } else {
-          cv.wait_for(lock, std::chrono::microseconds(500),
-                      [&] { return stopping || !new_offers.empty() || !new_claims.empty(); });
-        }
+        const bool idle = offers.empty() && claims.empty();
+        cv.wait_for(lock, idle ? std::chrono::microseconds(2000) : std::chrono::microseconds(500),
+                    [&] { return stopping || !new_offers.empty() || !new_claims.empty(); });
         if (stopping) break;
         while (!new_offers.empty()) {
           offers.push_back(std::move(new_offers.front()));
@@ -147,6 +146,7 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
           new_claims.pop_front();
         }
       }
+      t->progress();
       const auto now = Clock::now();
       for (Offer& o : offers) {
         if (o.exposed) continue;

@@ -75,8 +75,8 @@ function decodeText(ids) {
 
 let nextTransfer = 1;
 
-// The router's part: prefill, then decode; returns the text + per-token logprobs.
-async function disaggregated(prefill, decode, decodeUcx, c) {
+// The router's part, step 1: prefill (the state then waits for the decode worker at decodeUcx).
+async function prefillStep(prefill, decodeUcx, c) {
   const transfer = nextTransfer++;
   const body = { transfer, prompt_ids: c.prompt, sampling: { ...c.sampling, top_logprobs: 1 }, stop_token_ids: [],
     ignore_eos: true, max_tokens: c.max_tokens, traffic_class: 'default' };
@@ -89,6 +89,11 @@ async function disaggregated(prefill, decode, decodeUcx, c) {
   assert.equal(pj.finish, 'none');
   assert.equal(pj.prompt_tokens, c.prompt.length);
   assert.ok(pj.state_bytes > 0);
+  return { body, pj };
+}
+
+// Step 2: decode; returns the text + per-token logprobs of the whole request.
+async function decodeStep(decode, { body, pj }, c) {
   const d = await fetch(`${decode.url}/internal/v1/decode`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ ...body, first_token: pj.first_token }),
@@ -109,8 +114,12 @@ async function disaggregated(prefill, decode, decodeUcx, c) {
   return { text: await decodeText(tokens), logprobs, finish: 'length' };
 }
 
-async function health(server) {
-  const r = await fetch(`${server.url}/internal/v1/health`);
+async function disaggregated(prefill, decode, decodeUcx, c) {
+  return decodeStep(decode, await prefillStep(prefill, decodeUcx, c), c);
+}
+
+async function health(server, headers = {}) {
+  const r = await fetch(`${server.url}/internal/v1/health`, { headers });
   assert.equal(r.status, 200);
   return r.json();
 }
@@ -142,9 +151,18 @@ for (const speculation of [false, true]) {
             assert.deepEqual(got.logprobs, want[i].logprobs, `${cases[i].name}: logprobs`);
             assert.equal(got.finish, want[i].finish);
           }
-          // The prefill worker's state was claimed, not left to time out.
+          // Two states waiting at once, claimed in the opposite order, concurrently: neither waits for the
+          // other (one handoff thread serves every transfer in flight).
+          const first = await prefillStep(prefill, dh.ucx_address, cases[0]);
+          const second = await prefillStep(prefill, dh.ucx_address, cases[1]);
+          const [got1, got0] = await Promise.all([decodeStep(decode, second, cases[1]), decodeStep(decode, first, cases[0])]);
+          assert.equal(got0.text, want[0].text);
+          assert.equal(got1.text, want[1].text);
+          assert.deepEqual(got1.logprobs, want[1].logprobs);
+          // The prefill worker's states were all claimed, none left to time out.
           const m = await (await fetch(`${prefill.url}/metrics`)).text();
-          assert.match(m, new RegExp(`dsinfer_handoff_offers_claimed_total\\{role="prefill"\\} ${cases.length}\\b`));
+          assert.match(m, new RegExp(`dsinfer_handoff_offers_claimed_total\\{role="prefill"\\} ${cases.length + 2}\\b`));
+          assert.match(m, /dsinfer_handoff_offers_unclaimed_total\{role="prefill"\} 0\b/);
           // Heartbeats from both, with the protocol's fields.
           for (const [w, r] of [[prefill, 'prefill'], [decode, 'decode']]) {
             const hb = await waitFor(() => heartbeats.find((h) => h.url === w.url), { what: `${r} heartbeat` });
@@ -165,21 +183,35 @@ for (const speculation of [false, true]) {
   });
 }
 
-test('a decode request whose state never comes fails cleanly; wrong role and bad bodies are refused', async () => {
-  const decode = await startServer(['--no-kv-store', '--role', 'decode', '--router', routerUrl, '--handoff-timeout', '1'],
-    { env: { UCX_TLS: 'tcp' } });
+test('an unclaimed state is freed at the timeout; a state that never comes fails the decode; bad requests are refused', async () => {
+  const args = (r) => ['--no-kv-store', '--role', r, '--router', routerUrl, '--handoff-timeout', '1'];
+  const [prefill, decode] = await Promise.all([startServer(args('prefill'), { env: { UCX_TLS: 'tcp' } }),
+    startServer([...args('decode'), '--api-key', 'sekrit'], { env: { UCX_TLS: 'tcp' } })]);
+  const auth = { authorization: 'Bearer sekrit', 'content-type': 'application/json' };
   try {
+    // With --api-key the internal routes want the key too.
+    assert.equal((await fetch(`${decode.url}/internal/v1/health`)).status, 401);
+    const dh = await health(decode, auth);
+    await prefillStep(prefill, dh.ucx_address, cases[0]);  // nobody claims it
+    // The descriptor must reach the idle decode worker (it progresses UCX while it has no handoff), and the
+    // state is freed at the timeout.
+    const m = await waitFor(async () => {
+      const text = await (await fetch(`${prefill.url}/metrics`)).text();
+      return /dsinfer_handoff_offers_(unclaimed|failed)_total\{role="prefill"\} 1\b/.test(text) && text;
+    }, { what: 'the unclaimed state to be freed' });
+    assert.match(m, /dsinfer_handoff_offers_unclaimed_total\{role="prefill"\} 1\b/);
+    assert.match(m, /dsinfer_handoff_offers_failed_total\{role="prefill"\} 0\b/);
     const body = { transfer: 999, prompt_ids: [5, 6, 7], first_token: 8, sampling: { temperature: 0 }, max_tokens: 4 };
-    const r = await fetch(`${decode.url}/internal/v1/decode`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-    });
+    const r = await fetch(`${decode.url}/internal/v1/decode`, { method: 'POST', headers: auth, body: JSON.stringify(body) });
     assert.equal(r.status, 504);
     assert.match((await r.json()).error.message, /did not arrive/);
-    const wrong = await fetch(`${decode.url}/internal/v1/prefill`, { method: 'POST', body: '{}' });
+    const wrong = await fetch(`${decode.url}/internal/v1/prefill`, { method: 'POST', headers: auth, body: '{}' });
     assert.equal(wrong.status, 404);
-    const bad = await fetch(`${decode.url}/internal/v1/decode`, { method: 'POST', body: '{"transfer": 1}' });
+    const bad = await fetch(`${decode.url}/internal/v1/decode`, { method: 'POST', headers: auth, body: '{"transfer": 1}' });
     assert.equal(bad.status, 400);
   } finally {
-    assert.equal((await decode.stop()).code, 0, decode.stderr());
+    const [a, b] = await Promise.all([prefill.stop(), decode.stop()]);
+    assert.equal(a.code, 0, prefill.stderr());
+    assert.equal(b.code, 0, decode.stderr());
   }
 });

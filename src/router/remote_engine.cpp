@@ -163,6 +163,16 @@ void RemoteEngine::cancel(engine::RequestId id) {
 }
 
 void RemoteEngine::emit(Request& r, TokenEvent ev) {
+  if (ev.finish != FinishReason::kNone) {
+    // The request leaves the router's books before its last event: whoever reacts to it (the server, a
+    // test, a metrics scrape) sees its slots free.
+    std::lock_guard<std::mutex> lock(mu_);
+    release_prefill_locked(r);
+    release_decode_locked(r);
+    if (r.queued) prefill_.cancel(r.id);
+    r.queued = false;
+    requests_.erase(r.id);
+  }
   ev.id = r.id;
   ev.prompt_tokens = static_cast<int64_t>(r.spec.prompt_ids.size());
   ev.cached_tokens = r.cached_tokens;
@@ -357,8 +367,11 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
             handoff_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
                                                                                 handoff_start).count();
           }
-          if (d.last && d.finish == FinishReason::kError) {
-            failure = "stream ended with an error: " + d.error;
+          // An error, or a cancellation the client did not ask for (a worker shutting down), is re-submitted;
+          // a client's cancellation is reported by run().
+          if (d.last && (d.finish == FinishReason::kError || d.finish == FinishReason::kCancelled)) {
+            failure = d.finish == FinishReason::kError ? "stream ended with an error: " + d.error
+                                                        : std::string("the worker cancelled the request");
             finished = true;  // stop reading; re-submitted below
             return;
           }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -48,7 +49,10 @@ class FakeWorker {
     server_->listen("127.0.0.1", 0);
     server_->start(2);
   }
-  ~FakeWorker() { server_->stop(); }
+  ~FakeWorker() {
+    server_->stop();
+    hung_.clear();
+  }
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
   std::string heartbeat() const {
@@ -62,6 +66,10 @@ class FakeWorker {
   }
   // The decode stream ends without its finish line (a crash) after this many lines.
   void die_after_lines(int n) { die_after_ = n; }
+  // The decode stream stops after this many lines and stays open (a worker that hangs).
+  void hang_after_lines(int n) { hang_after_ = n; }
+  // The decode stream ends with a "cancelled" finish line (a worker shutting down) after this many lines.
+  void cancel_after_lines(int n) { cancel_after_ = n; }
   std::vector<Json> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
@@ -94,6 +102,16 @@ class FakeWorker {
         ex->end_stream();  // cut: no finish line
         return;
       }
+      if (hang_after_ >= 0 && lines == hang_after_) {
+        std::lock_guard<std::mutex> lock(mu_);
+        hung_.push_back(ex);  // kept open until the server stops
+        return;
+      }
+      if (cancel_after_ >= 0 && lines == cancel_after_) {
+        ex->write(R"({"finish":"cancelled","matched_stop_token":-1})" "\n");
+        ex->end_stream();
+        return;
+      }
       const int32_t t = next_token(seq);
       seq.push_back(t);
       ex->write(Json{{"tokens", {t}}, {"logprobs", nullptr}}.dump() + "\n");
@@ -106,6 +124,9 @@ class FakeWorker {
   std::string id_;
   bool prefill_;
   int die_after_ = -1;
+  int cancel_after_ = -1;
+  int hang_after_ = -1;
+  std::vector<std::shared_ptr<server::Exchange>> hung_;
   std::mutex mu_;
   std::vector<Json> requests_;
   std::unique_ptr<server::HttpServer> server_;
@@ -130,6 +151,10 @@ struct Collected {
         cv.notify_all();
       }
     };
+  }
+  size_t received() {
+    std::lock_guard<std::mutex> lock(mu);
+    return tokens.size();
   }
   bool wait() {
     std::unique_lock<std::mutex> lock(mu);
@@ -198,6 +223,42 @@ TEST(RemoteEngine, DecodeWorkerDyingMidStreamContinuesTheSameStream) {
   EXPECT_EQ(pre[1]["max_tokens"], 6);
   EXPECT_EQ(pre[1]["decode_ucx_address"], "ucx-decode-b");  // the failed worker left the pool
   EXPECT_EQ(d2.requests().size(), 1u);
+}
+
+TEST(RemoteEngine, AWorkerCancellingARequestTheClientKeepsIsResubmitted) {
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  d.cancel_after_lines(2);  // every attempt delivers the first token + 2 more, then is cut
+  RemoteEngine eng(options());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(10), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));
+  EXPECT_EQ(eng.stats().failovers_total, 3);  // 3 + 3 + 3 tokens, then a prefill with max_tokens 1
+  EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);  // an answering worker stays in the pool
+}
+
+TEST(RemoteEngine, ClientCancelCutsTheStreamWithoutFailover) {
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  d.hang_after_lines(1);
+  RemoteEngine eng(options());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  const auto res = eng.submit(spec(10), c.callback());
+  ASSERT_EQ(res.status, engine::SubmitStatus::kAccepted);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (c.received() < 2 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(c.received(), 2u);  // the first token and one streamed line; the stream now hangs
+  eng.cancel(res.id);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kCancelled);
+  EXPECT_EQ(eng.stats().failovers_total, 0);
+  EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);
+  EXPECT_EQ(eng.metrics().running, 0);
 }
 
 TEST(RemoteEngine, UnreachablePrefillWorkerIsRetriedOnAnother) {

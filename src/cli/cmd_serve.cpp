@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <span>
+#include <vector>
 
 #include "cli/args.h"
 #include "cli/command.h"
@@ -20,6 +22,10 @@
 #include "engine/engine.h"
 #if DSINFER_ENGINE_HAVE_V4
 #include "engine/deepseek_v4/v4_runner.h"
+#endif
+#if DSINFER_HAVE_DISAGG
+#include "disagg/sequence_handoff.h"
+#include "disagg/worker.h"
 #endif
 #include "server/api_server.h"
 #include "server/default_model.h"
@@ -101,6 +107,24 @@ int run_serve(int argc, char** argv) {
   args.option("responses-store-bytes", "N",
               "Responses API: memory for stored responses; beyond it the least recently used go (0: store none)",
               "268435456");
+  args.option("role", "colocated|prefill|decode",
+              "colocated: serve requests whole (the default). prefill / decode: a worker of a disaggregated "
+              "cluster (needs --router): it serves /internal/v1/ for the router, registers and heartbeats "
+              "(src/disagg/README.md, Roles and protocol)",
+              "colocated");
+  args.option("router", "URL", "the router a prefill/decode worker heartbeats to, e.g. http://127.0.0.1:9000");
+  args.option("advertise-host", "HOST",
+              "prefill/decode: the host the router and peers reach this worker at (its URL and UCX address; "
+              "default: --host)");
+  args.option("ucx-port", "N", "prefill/decode: TCP port of the UCX listener (0 picks a free one)", "0");
+  args.option("ucx-address", "listener|worker",
+              "prefill/decode: the UCX address advertised: the listener's host:port (network transports, "
+              "peer-failure detection) or the UCX worker address (every transport; needed for UCX_TLS=shm)",
+              "listener");
+  args.option("handoff-timeout", "SECONDS",
+              "prefill/decode: a KV state nobody claims is freed after this long; a decode request waits this "
+              "long for its state",
+              "30");
   add_engine_flags(args);
   add_kv_store_flags(args, "${DSINFER_HOME:-$HOME/.cache/dsinfer}/kvstore");
   if (!args.parse(argc, argv)) return args.exit_code();
@@ -150,6 +174,22 @@ int run_serve(int argc, char** argv) {
   opt.responses_store_ttl = seconds_flag(args, "responses-store-ttl");
   opt.responses_store_bytes = args.get_int("responses-store-bytes", 0, int64_t{1} << 40);
   const auto drain = seconds_flag(args, "shutdown-timeout");
+  const std::string role = args.get("role");
+  DSINFER_CHECK(role == "colocated" || role == "prefill" || role == "decode",
+                "dsinfer serve: --role must be colocated, prefill or decode, got '", role, "'");
+  const bool worker_role = role != "colocated";
+  DSINFER_CHECK(!worker_role || args.has("router"), "dsinfer serve: --role ", role, " needs --router URL");
+  DSINFER_CHECK(worker_role || (!args.has("router") && !args.has("ucx-port") && !args.has("advertise-host")),
+                "dsinfer serve: --router, --advertise-host and --ucx-port are for --role prefill|decode");
+  const int64_t ucx_port = args.get_int("ucx-port", 0, 65535);
+  const std::string ucx_address = args.get("ucx-address");
+  DSINFER_CHECK(ucx_address == "listener" || ucx_address == "worker",
+                "dsinfer serve: --ucx-address must be listener or worker, got '", ucx_address, "'");
+  const auto handoff_timeout = seconds_flag(args, "handoff-timeout");
+#if !DSINFER_HAVE_DISAGG
+  DSINFER_CHECK(!worker_role, "dsinfer serve: --role ", role,
+                " needs the disagg part, which this build lacks (libucx-dev was not found)");
+#endif
 
   engine::EngineOptions eopt;
   eopt.kv_budget_bytes = engine_flags.kv_budget_bytes;
@@ -196,6 +236,7 @@ int run_serve(int argc, char** argv) {
       recipe::load_prompt_tokenizer(tokenizer_path_for(model_dir), opt.prompt_version);
   const tokenizer::Tokenizer& tok = *tok_owner;
   std::unique_ptr<engine::Engine> eng;
+  engine::ModelInfo model_info;
   {
     // The model reports blocks loaded; the bar shows them as a share of the checkpoint's bytes.
     uint64_t checkpoint_bytes = 0;
@@ -211,14 +252,70 @@ int run_serve(int argc, char** argv) {
       const uint64_t t = checkpoint_bytes > 0 ? checkpoint_bytes : static_cast<uint64_t>(total);
       bar.update(t * static_cast<uint64_t>(done) / static_cast<uint64_t>(total), t);
     };
+#if DSINFER_HAVE_DISAGG
+    if (worker_role) {
+      ropt.sequence_codec.save = [](const model::deepseek_v4::SequenceState& state, std::span<const float> hidden) {
+        return disagg::export_sequence(state, hidden);
+      };
+      ropt.sequence_codec.load = [](const model::deepseek_v4::Model& m, std::span<const uint8_t> bytes,
+                                    std::vector<float>& hidden) {
+        disagg::ImportedSequence imported = disagg::import_sequence(m, bytes);
+        hidden = std::move(imported.last_hidden);
+        return std::move(imported.state);
+      };
+    }
+#endif
     auto runner = engine::open_model(model_dir, ropt);
     bar.finish();
+    // A prefill worker feeds the MTP block whether or not it drafts itself: the state it hands over then
+    // carries the MTP ring and last streams a drafting decode worker needs.
+    if (role == "prefill" && runner->info().max_draft_tokens > 0) runner->prepare(true, eopt.batch_invariant);
+    model_info = runner->info();
     eng = engine::make_engine(std::move(runner), eopt);
   }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
+#if DSINFER_HAVE_DISAGG
+  // A worker's /internal/v1/ routes need the worker, which needs the HTTP port: the route handler
+  // forwards to it once it exists (a request arriving before is told the worker is not ready).
+  std::shared_ptr<disagg::Worker> worker;
+  std::atomic<disagg::Worker*> worker_ptr{nullptr};
+  if (worker_role) {
+    opt.internal_routes = [&worker_ptr](std::shared_ptr<server::Exchange> ex) {
+      if (disagg::Worker* w = worker_ptr.load()) return w->handle(ex);
+      ex->respond(503, "application/json", R"({"error":{"message":"the worker is starting","type":"server_error"}})");
+    };
+    opt.extra_metrics = [&worker_ptr](server::PromWriter& w) {
+      if (disagg::Worker* wk = worker_ptr.load()) wk->write_metrics(w);
+    };
+  }
+#endif
   server::ApiServer api(opt, *eng, tok);
   api.start();
+#if DSINFER_HAVE_DISAGG
+  if (worker_role) {
+    disagg::WorkerOptions wopt;
+    wopt.role = role == "prefill" ? disagg::WorkerRole::kPrefill : disagg::WorkerRole::kDecode;
+    wopt.router_url = args.get("router");
+    wopt.advertise_host = args.get_optional("advertise-host").value_or(opt.host);
+    DSINFER_CHECK(wopt.advertise_host != "0.0.0.0" && wopt.advertise_host != "::",
+                  "dsinfer serve: peers cannot reach ", wopt.advertise_host, ": give --advertise-host");
+    wopt.http_port = api.port();
+    wopt.api_key = opt.api_key;
+    wopt.transport.listen_host = wopt.advertise_host;
+    wopt.transport.listen_port = static_cast<uint16_t>(ucx_port);
+    wopt.transport.advertise_worker_address = ucx_address == "worker";
+    wopt.handoff_timeout = handoff_timeout;
+    wopt.max_running = eopt.max_running;
+    const int64_t per_token = std::max<int64_t>(1, model_info.block_bytes / std::max(1, model_info.block_tokens));
+    wopt.kv_bytes_per_token = per_token;
+    wopt.kv_tokens = eopt.kv_budget_bytes / per_token;
+    worker = std::make_shared<disagg::Worker>(std::move(wopt), *eng);
+    worker_ptr.store(worker.get());
+    std::printf("dsinfer serve: %s worker %s, UCX address %s, heartbeats to %s\n", role.c_str(),
+                worker->id().c_str(), worker->ucx_address().c_str(), args.get("router").c_str());
+  }
+#endif
   std::printf("dsinfer serve: model \"%s\" from %s loaded in %.1f s (context %lld tokens)\n",
               opt.model_names.front().c_str(), model_dir.c_str(), load_s,
               static_cast<long long>(eng->max_context()));
@@ -235,6 +332,9 @@ int run_serve(int argc, char** argv) {
               sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<double>(drain.count()) / 1000.0);
   std::fflush(stdout);
   api.shutdown(drain);  // a second signal cuts the drain short
+#if DSINFER_HAVE_DISAGG
+  if (worker) worker->stop();
+#endif
   eng.reset();
   signal_watch.finish();
   std::printf("dsinfer serve: stopped\n");

@@ -255,6 +255,14 @@ std::string Transport::address() const { return impl_->address; }
 
 void Transport::progress() { ucp_worker_progress(impl_->worker); }
 
+bool Transport::arrived(FrameKind kind, uint64_t transfer) {
+  Impl& m = *impl_;
+  while (ucp_worker_progress(m.worker) != 0) {
+  }
+  ucp_tag_recv_info_t info{};
+  return ucp_tag_probe_nb(m.worker, frame_tag(kind, transfer), ~uint64_t{0}, 0, &info) != nullptr;
+}
+
 // A chunk travels as two tagged messages: its 48-byte header under the frame tag, then its bytes,
 // contiguous, under the same tag with this bit set (kinds stay below 128, so the bit is free). Headers
 // and bodies each arrive in the order they were sent. The bytes go contiguous because UCX's zero-copy
@@ -490,6 +498,11 @@ void Transport::serve_pull(const std::string& peer_address, uint64_t transfer, s
 
 std::vector<uint8_t> Transport::claim_pull(uint64_t transfer, Deadline deadline) {
   const std::vector<uint8_t> descriptor = receive(FrameKind::kRkey, transfer, deadline);
+  return claim_described(transfer, descriptor, deadline);
+}
+
+std::vector<uint8_t> Transport::claim_described(uint64_t transfer, std::span<const uint8_t> descriptor,
+                                                Deadline deadline) {
   std::vector<uint8_t> data = pull(descriptor, deadline);
   size_t pos = 0;
   const uint64_t address_len = get_u64(descriptor, pos);

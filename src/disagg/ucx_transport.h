@@ -76,8 +76,15 @@ class Transport {
   // The reader's half: receive the descriptor, pull, send kDone to the owner.
   std::vector<uint8_t> claim_pull(uint64_t transfer, Deadline deadline);
 
+  // The reader's half after its descriptor was received (receive(kRkey, transfer)): pull, send kDone.
+  std::vector<uint8_t> claim_described(uint64_t transfer, std::span<const uint8_t> descriptor, Deadline deadline);
+
   // Drives UCX (accepts connections, moves data); waits call it, an idle owner may call it too.
   void progress();
+  // Progresses, then whether a message tagged (kind, transfer) is waiting to be received, without taking
+  // it: a thread serving many handoffs at once waits for each one's next message this way, so no handoff
+  // waits behind another (worker.cpp).
+  bool arrived(FrameKind kind, uint64_t transfer);
   // The transports an endpoint to the peer uses, as UCX prints them (e.g. "tcp/lo", "posix/memory").
   std::string describe_endpoint(const std::string& peer_address);
 

@@ -70,6 +70,17 @@ struct RequestSpec {
   std::string traffic_class = "default";
   // Null: any token. It holds the request's matching state: never share one between requests.
   std::shared_ptr<TokenConstraint> constraint;
+  // Disaggregated serving (src/disagg/README.md, "Roles and protocol"). A prefill worker's request: it
+  // stops after its first token and, when that token does not end it, its final event (finish kLength)
+  // carries the sequence's state at the prompt's length in TokenEvent::exported_state
+  // (ModelRunner::export_sequence).
+  bool export_state = false;
+  // A decode worker's request: the state a prefill worker exported, and prompt_ids = the prompt followed
+  // by the first token (already delivered by the prefill worker). The engine imports the state instead
+  // of prefilling and continues by feeding that token; it counts as generated (max_tokens, frequency and
+  // presence penalties), so tokens, logprobs and sampling positions are those of the same request run
+  // whole in one engine. Needs max_tokens >= 2.
+  std::shared_ptr<const std::vector<uint8_t>> imported_state;
 };
 
 // A greedy request that ignores EOS, so it produces exactly max_tokens tokens (benchmarks, tests).
@@ -110,6 +121,8 @@ struct TokenEvent {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache (prompt_cache_hit_tokens)
   std::string error;  // with kError
+  // With RequestSpec::export_state, on the final event when the request would go on: the sequence's state.
+  std::shared_ptr<const std::vector<uint8_t>> exported_state;
 };
 
 // Called on an engine thread; must be quick and must not call back into the engine synchronously

@@ -79,6 +79,16 @@ SubmitResult EngineCore::check(const RequestSpec& spec) const {
     }
   }
   if (spec.max_tokens < 1) return reject(SubmitStatus::kInvalid, "max_tokens must be >= 1");
+  const bool imported = spec.imported_state != nullptr;
+  if (imported) {
+    // The last prompt id is the first token, produced by the prefill worker: it counts as output.
+    if (spec.prompt_ids.size() < 2) {
+      return reject(SubmitStatus::kInvalid, "imported_state: prompt_ids must hold the prompt and the first token");
+    }
+    if (spec.max_tokens < 2) return reject(SubmitStatus::kInvalid, "imported_state: max_tokens must be >= 2");
+    if (spec.export_state) return reject(SubmitStatus::kInvalid, "imported_state and export_state exclude each other");
+    if (spec.imported_state->empty()) return reject(SubmitStatus::kInvalid, "imported_state is empty");
+  }
   if (std::string why = validate_sampling(spec.sampling); !why.empty()) {
     return reject(SubmitStatus::kInvalid, why);
   }
@@ -88,7 +98,7 @@ SubmitResult EngineCore::check(const RequestSpec& spec) const {
                                                           info_.vocab_size, ")"));
     }
   }
-  const int64_t total = static_cast<int64_t>(spec.prompt_ids.size()) + spec.max_tokens;
+  const int64_t total = static_cast<int64_t>(spec.prompt_ids.size()) - (imported ? 1 : 0) + spec.max_tokens;
   if (total > info_.max_context) {
     return reject(SubmitStatus::kTooLong, core::str_cat("prompt (", spec.prompt_ids.size(), " tokens) + max_tokens (",
                                                         spec.max_tokens, ") exceeds the context limit ",
@@ -116,6 +126,13 @@ void EngineCore::add(std::unique_ptr<Request>&& request) {
     throw;
   }
   r.prompt_len = static_cast<int64_t>(r.tokens.size());
+  if (r.spec.imported_state) {
+    // Prompt + the first token, which was drawn elsewhere: the request continues as if it had drawn it.
+    r.prompt_len -= 1;
+    r.generated = 1;
+    r.import_pending = true;
+    r.cache_counted = true;  // nothing computed here was served by the cache either
+  }
   prompt_tokens_total_ += r.prompt_len;
   if (connector_) {
     try {
@@ -430,6 +447,24 @@ std::optional<Admission> EngineCore::try_admit(Request& r, int64_t budget, bool 
                                               StepEntry& entry) {
   Admission a;
   a.req = &r;
+  if (r.import_pending) {
+    // The imported sequence stands at the prompt's length; its first step feeds the first token (plus
+    // drafts), like a decode step.
+    const int64_t at = r.prompt_len;
+    const int32_t k = static_cast<int32_t>(std::min<int64_t>(draft_count(r, at), budget - 1));
+    const int64_t need = info_.sequence_bytes + blocks_for(at + 1 + k) * info_.block_bytes;
+    const int64_t room =
+        options_.kv_budget_bytes - used_bytes() + (cache_ ? cache_->evictable_bytes() : 0) - promised;
+    if (need > room) return std::nullopt;
+    promised += need;
+    a.start = at;
+    entry.req = &r;
+    entry.start = at;
+    entry.drafts = k;
+    entry.n_tokens = 1 + k;
+    entry.samples = true;
+    return a;
+  }
   const int64_t target = r.prefill_target();
   const int64_t B = info_.block_tokens;
   if (cache_) {
@@ -732,6 +767,17 @@ void EngineCore::launch(StepPlan& p) {
 
 void EngineCore::start_sequence(Admission& a) {
   Request& r = *a.req;
+  if (r.import_pending) {
+    r.seq = model_->import_sequence(*r.spec.imported_state);
+    DSINFER_CHECK(r.seq != nullptr, "the model cannot import sequences (imported_state)");
+    DSINFER_CHECK(r.seq->length() == r.prompt_len, "the imported sequence has ", r.seq->length(),
+                  " positions, the prompt ", r.prompt_len);
+    // Once imported the bytes are not needed again: a preempted request is recomputed from its tokens.
+    r.import_pending = false;
+    r.spec.imported_state.reset();
+    r.fed = r.seq->length();
+    return;
+  }
   std::vector<std::shared_ptr<const KvBlock>> blocks(a.match.blocks.begin(), a.match.blocks.begin() + a.use_blocks);
   r.seq = model_->new_sequence();
   if (a.use_blocks > 0) {
@@ -967,6 +1013,13 @@ void EngineCore::apply_entry(StepEntry& e) {
   publish(r);
   take_snapshot(r);
   recharge(r);
+  if (e.prefill && e.samples && r.spec.export_state && r.finish == FinishReason::kNone) {
+    // A prefill worker's request ends here; its state goes to the decode worker.
+    std::vector<uint8_t> bytes = model_->export_sequence(*r.seq);
+    DSINFER_CHECK(!bytes.empty(), "the model cannot export sequences (export_state)");
+    r.exported_state = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+    r.finish = FinishReason::kLength;
+  }
   if (r.finish != FinishReason::kNone) {
     finish(r, r.finish);
   } else if (!r.out_tokens.empty()) {
@@ -1118,6 +1171,7 @@ void EngineCore::queue_event(Request& r, bool final_event) {
   ev.prompt_tokens = r.prompt_len;
   ev.cached_tokens = r.cached_tokens;
   ev.error = r.error;
+  if (final_event) ev.exported_state = std::move(r.exported_state);
   if (!r.first_token_sent && (!ev.tokens.empty() || final_event)) {
     r.first_token_sent = true;
     ttft_seconds_total_ += seconds_since(r.submitted);

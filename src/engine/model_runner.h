@@ -128,6 +128,20 @@ class ModelRunner {
     return nullptr;
   }
 
+  // Disaggregation (a prefill worker hands a sequence to a decode worker): the sequence's whole state at
+  // its length() as bytes (any length, block-aligned or not) from which import_sequence() of a runner
+  // with the same identity and cache_layout continues it exactly: its next forward (and draft) gives
+  // bitwise what this one's would. Empty: this model does not export sequences.
+  virtual std::vector<uint8_t> export_sequence(const SequenceState& seq) {
+    (void)seq;
+    return {};
+  }
+  // A new sequence from export_sequence() bytes; throws on bytes it cannot use. Null: not supported.
+  virtual std::unique_ptr<SequenceState> import_sequence(std::span<const uint8_t> bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+
   // Window state at the sequence's current length, which must be a multiple of block_tokens.
   virtual std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& seq) = 0;
 

@@ -68,6 +68,10 @@ struct Request {
   bool cancel_requested = false;
   bool first_token_sent = false;
   bool preempt_pending = false;
+  // Disaggregation: the sequence is still to be imported from spec.imported_state (first admission);
+  // the state exported after the first token (spec.export_state).
+  bool import_pending = false;
+  std::shared_ptr<const std::vector<uint8_t>> exported_state;
 
   // Positions to prefill before decoding: the prompt, or everything but the pending token after a
   // preemption.

@@ -599,6 +599,7 @@ void ApiServer::register_metrics() {
                                  "Generation requests cancelled, by why (client_disconnect, shutdown).");
   rejected_ = &metrics_.counter("dsinfer_requests_rejected_total",
                                 "Generation requests refused before running, by reason.");
+  if (options_.extra_metrics) metrics_.add_collector(options_.extra_metrics);
   metrics_.add_collector([this](PromWriter& w) {
     w.gauge("dsinfer_requests_in_flight", "Generation requests submitted and not finished.", active_calls_.load());
     const auto& st = http_->stats();
@@ -705,6 +706,14 @@ void ApiServer::handle(std::shared_ptr<Exchange> ex) {
       count_response(route, 200);
       return;
     case kOther:
+      if (options_.internal_routes && req.path.rfind("/internal/", 0) == 0) {
+        if (!authorized(req)) {
+          rejected_->add({{"reason", "unauthorized"}});
+          return reply_error(ex, route, 401, "invalid or missing API key", "invalid_api_key",
+                             {{"WWW-Authenticate", "Bearer"}});
+        }
+        return options_.internal_routes(std::move(ex));
+      }
       // Under /v1/ an unknown path is only told apart from a known one after authentication: no route
       // enumeration without the key.
       if (req.path.rfind("/v1/", 0) != 0 && req.path != "/v1")

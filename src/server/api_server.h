@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,11 @@ struct ApiServerOptions {
   // prompt's blocks and window snapshot in the prefix cache (the prompt is computed once). Only useful
   // with the engine's prefix cache; false submits every choice at once (each computes the prompt).
   bool share_prompt_kv = true;
+  // A disaggregated worker's routes (disagg/worker.h): requests under /internal/ go here once the API key
+  // is checked. Null: /internal/ paths are 404.
+  std::function<void(std::shared_ptr<Exchange>)> internal_routes;
+  // Appended to /metrics at each scrape (the worker's handoff counters).
+  std::function<void(PromWriter&)> extra_metrics;
 };
 
 // Why a key cannot serve as the API key ("" when it can): an empty key would leave the server open, and

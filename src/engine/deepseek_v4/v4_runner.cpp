@@ -57,7 +57,8 @@ std::string hex64(uint64_t x) {
 // anyway, so the lock costs no parallelism), and the speculation setting only ever switches on.
 class V4Runner final : public ModelRunner {
  public:
-  V4Runner(std::unique_ptr<v4::Model> model, std::string identity) : model_(std::move(model)) {
+  V4Runner(std::unique_ptr<v4::Model> model, std::string identity, V4SequenceCodec codec)
+      : model_(std::move(model)), codec_(std::move(codec)) {
     const v4::ModelShape& s = model_->shape();
     hc_dim_ = s.hc_dim();
     info_.identity = std::move(identity);
@@ -151,6 +152,36 @@ class V4Runner final : public ModelRunner {
 
   std::shared_ptr<const KvBlock> import_block(int64_t index, std::span<const uint8_t> bytes) override {
     return std::make_shared<V4Block>(v4::CompressedBlock::from_bytes(model_->shape().blocks, index, bytes));
+  }
+
+  std::vector<uint8_t> export_sequence(const SequenceState& seq_state) override {
+    if (!codec_.save) return {};
+    const auto& s = seq(seq_state);
+    const int64_t p = s.state->length() - 1;
+    std::span<const float> last;
+    if (s.mtp && p >= s.hidden_begin && p < s.hidden_begin + s.hidden_rows) {
+      last = std::span<const float>(s.hidden.data() + (p - s.hidden_begin) * hc_dim_, static_cast<size_t>(hc_dim_));
+    }
+    return codec_.save(*s.state, last);
+  }
+
+  std::unique_ptr<SequenceState> import_sequence(std::span<const uint8_t> bytes) override {
+    if (!codec_.load) return nullptr;
+    auto s = std::make_unique<V4Seq>();
+    std::vector<float> last;
+    s->state = codec_.load(*model_, bytes, last);
+    DSINFER_CHECK(s->state != nullptr, "import_sequence: the codec returned no sequence");
+    s->mtp = mtp_.load();
+    DSINFER_CHECK(last.empty() || static_cast<int64_t>(last.size()) == hc_dim_, "import_sequence: ", last.size(),
+                  " last-hidden values, the model has ", hc_dim_);
+    // A drafting engine needs the streams of the last position (the first MTP row); like a snapshot
+    // without them, a state exported by a runner that did not feed MTP cannot be drafted from.
+    if (!last.empty()) {
+      s->hidden = std::move(last);
+      s->hidden_begin = s->state->length() - 1;
+      s->hidden_rows = 1;
+    }
+    return s;
   }
 
   std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& seq_state) override {
@@ -329,6 +360,7 @@ class V4Runner final : public ModelRunner {
   }
 
   std::unique_ptr<v4::Model> model_;
+  V4SequenceCodec codec_;
   ModelInfo info_;
   int64_t hc_dim_ = 0;
   std::atomic<bool> mtp_{false};
@@ -388,7 +420,7 @@ std::shared_ptr<ModelRunner> open_model(const std::string& dir, const V4RunnerOp
   v4::ModelOptions mo = options.model;
   if (mo.pool == nullptr && mo.threads == 0) mo.pool = &core::ThreadPool::global();
   std::string identity = checkpoint_identity(dir) + "; numerics " + mo.numerics.describe();
-  return std::make_shared<V4Runner>(v4::Model::load(dir, mo), std::move(identity));
+  return std::make_shared<V4Runner>(v4::Model::load(dir, mo), std::move(identity), options.sequence_codec);
 }
 
 }  // namespace dsinfer::engine

@@ -1,0 +1,337 @@
+// RemoteEngine against fake workers in this process (server::HttpServer speaking the worker protocol with
+// a deterministic toy "model"): the request flow, a decode worker that dies mid-stream (the same event
+// stream continues with exactly the tokens of an uninterrupted run), a prefill worker that cannot be
+// reached (retried on another), the cluster-full answer and the lease.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "router/remote_engine.h"
+#include "server/http_server.h"
+
+namespace dsinfer::router {
+namespace {
+
+using Json = nlohmann::json;
+using engine::FinishReason;
+
+// The toy model: the next token depends on the whole sequence so far, so a re-submission that got the
+// prompt or the generated tokens wrong shows.
+int32_t next_token(const std::vector<int32_t>& seq) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : seq) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+  return static_cast<int32_t>(10 + h % 90);
+}
+
+std::vector<int32_t> uninterrupted(std::vector<int32_t> prompt, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(next_token(prompt));
+    prompt.push_back(out.back());
+  }
+  return out;
+}
+
+class FakeWorker {
+ public:
+  FakeWorker(std::string id, bool prefill) : id_(std::move(id)), prefill_(prefill) {
+    server_ = std::make_unique<server::HttpServer>(server::HttpLimits{},
+                                                   [this](std::shared_ptr<server::Exchange> ex) { handle(ex); });
+    server_->listen("127.0.0.1", 0);
+    server_->start(2);
+  }
+  ~FakeWorker() {
+    server_->stop();
+    hung_.clear();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+  std::string heartbeat() const {
+    return Json{{"id", id_},
+                {"role", prefill_ ? "prefill" : "decode"},
+                {"url", url()},
+                {"ucx_address", "ucx-" + id_},
+                {"capacity", {{"max_running", 4}, {"kv_tokens", 100000}}},
+                {"load", {{"running", 0}, {"waiting", 0}, {"kv_tokens_used", 0}}}}
+        .dump();
+  }
+  // The decode stream ends without its finish line (a crash) after this many lines.
+  void die_after_lines(int n) { die_after_ = n; }
+  // The decode stream stops after this many lines and stays open (a worker that hangs).
+  void hang_after_lines(int n) { hang_after_ = n; }
+  // The decode stream ends with a "cancelled" finish line (a worker shutting down) after this many lines.
+  void cancel_after_lines(int n) { cancel_after_ = n; }
+  std::vector<Json> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
+  void handle(const std::shared_ptr<server::Exchange>& ex) {
+    const Json req = Json::parse(ex->request().body);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(req);
+    }
+    std::vector<int32_t> seq = req["prompt_ids"].get<std::vector<int32_t>>();
+    const int max_tokens = req["max_tokens"].get<int>();
+    if (ex->request().path == "/internal/v1/prefill") {
+      const int32_t first = next_token(seq);
+      const bool done = max_tokens == 1;
+      ex->respond(200, "application/json",
+                  Json{{"first_token", first}, {"finish", done ? "length" : "none"}, {"matched_stop_token", -1},
+                       {"logprobs", nullptr}, {"prompt_tokens", seq.size()}, {"cached_tokens", 0},
+                       {"state_bytes", done ? 0 : 1000}}
+                      .dump());
+      return;
+    }
+    seq.push_back(req["first_token"].get<int32_t>());
+    ex->start_stream(200, "application/x-ndjson");
+    int lines = 0;
+    for (int produced = 1; produced < max_tokens; ++produced) {
+      if (die_after_ >= 0 && lines == die_after_) {
+        ex->end_stream();  // cut: no finish line
+        return;
+      }
+      if (hang_after_ >= 0 && lines == hang_after_) {
+        std::lock_guard<std::mutex> lock(mu_);
+        hung_.push_back(ex);  // kept open until the server stops
+        return;
+      }
+      if (cancel_after_ >= 0 && lines == cancel_after_) {
+        ex->write(R"({"finish":"cancelled","matched_stop_token":-1})" "\n");
+        ex->end_stream();
+        return;
+      }
+      const int32_t t = next_token(seq);
+      seq.push_back(t);
+      ex->write(Json{{"tokens", {t}}, {"logprobs", nullptr}}.dump() + "\n");
+      ++lines;
+    }
+    ex->write(R"({"finish":"length","matched_stop_token":-1})" "\n");
+    ex->end_stream();
+  }
+
+  std::string id_;
+  bool prefill_;
+  int die_after_ = -1;
+  int cancel_after_ = -1;
+  int hang_after_ = -1;
+  std::vector<std::shared_ptr<server::Exchange>> hung_;
+  std::mutex mu_;
+  std::vector<Json> requests_;
+  std::unique_ptr<server::HttpServer> server_;
+};
+
+struct Collected {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;
+  bool done = false;
+
+  engine::TokenCallback callback() {
+    return [this](const engine::TokenEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      if (ev.finish != FinishReason::kNone) {
+        finish = ev.finish;
+        error = ev.error;
+        done = true;
+        cv.notify_all();
+      }
+    };
+  }
+  size_t received() {
+    std::lock_guard<std::mutex> lock(mu);
+    return tokens.size();
+  }
+  bool wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; });
+  }
+};
+
+RemoteEngineOptions options() {
+  RemoteEngineOptions o;
+  o.max_context = 4096;
+  o.eos_token_id = 1;
+  return o;
+}
+
+engine::RequestSpec spec(int max_tokens) {
+  engine::RequestSpec s;
+  s.prompt_ids = {3, 4, 5, 6};
+  s.max_tokens = max_tokens;
+  s.sampling.temperature = 0;
+  s.ignore_eos = true;
+  return s;
+}
+
+TEST(RemoteEngine, ServesThroughAPrefillAndADecodeWorker) {
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  RemoteEngine eng(options());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(8), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 8));
+  const auto pre = p.requests();
+  ASSERT_EQ(pre.size(), 1u);
+  EXPECT_EQ(pre[0]["decode_ucx_address"], "ucx-decode-a");
+  const auto dec = d.requests();
+  ASSERT_EQ(dec.size(), 1u);
+  EXPECT_EQ(dec[0]["transfer"], pre[0]["transfer"]);
+  EXPECT_EQ(dec[0]["first_token"], c.tokens[0]);
+  EXPECT_EQ(eng.stats().failovers_total, 0);
+  EXPECT_EQ(eng.stats().handoff_bytes_total, 1000);
+}
+
+TEST(RemoteEngine, DecodeWorkerDyingMidStreamContinuesTheSameStream) {
+  FakeWorker p("prefill-a", true), d1("decode-a", false), d2("decode-b", false);
+  d1.die_after_lines(3);
+  RemoteEngine eng(options());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d1.heartbeat());  // both empty: the tie goes to the first registered
+  eng.heartbeat(d2.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(10), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));  // nothing lost, nothing repeated
+  EXPECT_EQ(eng.stats().failovers_total, 1);
+  // The re-submission: prompt + the 4 tokens delivered (first + 3 streamed), 6 still allowed.
+  const auto pre = p.requests();
+  ASSERT_EQ(pre.size(), 2u);
+  std::vector<int32_t> want = {3, 4, 5, 6};
+  const auto gen = uninterrupted({3, 4, 5, 6}, 4);
+  want.insert(want.end(), gen.begin(), gen.end());
+  EXPECT_EQ(pre[1]["prompt_ids"].get<std::vector<int32_t>>(), want);
+  EXPECT_EQ(pre[1]["generated_before"], 4);
+  EXPECT_EQ(pre[1]["max_tokens"], 6);
+  EXPECT_EQ(pre[1]["decode_ucx_address"], "ucx-decode-b");  // the failed worker left the pool
+  EXPECT_EQ(d2.requests().size(), 1u);
+}
+
+TEST(RemoteEngine, AWorkerCancellingARequestTheClientKeepsIsResubmitted) {
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  d.cancel_after_lines(2);  // every attempt delivers the first token + 2 more, then is cut
+  RemoteEngine eng(options());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(10), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));
+  EXPECT_EQ(eng.stats().failovers_total, 3);  // 3 + 3 + 3 tokens, then a prefill with max_tokens 1
+  EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);  // an answering worker stays in the pool
+}
+
+TEST(RemoteEngine, ClientCancelCutsTheStreamWithoutFailover) {
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  d.hang_after_lines(1);
+  RemoteEngine eng(options());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  const auto res = eng.submit(spec(10), c.callback());
+  ASSERT_EQ(res.status, engine::SubmitStatus::kAccepted);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (c.received() < 2 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(c.received(), 2u);  // the first token and one streamed line; the stream now hangs
+  eng.cancel(res.id);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kCancelled);
+  EXPECT_EQ(eng.stats().failovers_total, 0);
+  EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);
+  EXPECT_EQ(eng.metrics().running, 0);
+}
+
+TEST(RemoteEngine, UnreachablePrefillWorkerIsRetriedOnAnother) {
+  uint16_t dead_port;
+  {
+    FakeWorker gone("x", true);
+    dead_port = static_cast<uint16_t>(std::stoi(gone.url().substr(gone.url().rfind(':') + 1)));
+  }  // stopped: its port refuses connections
+  FakeWorker p("prefill-b", true), d("decode-a", false);
+  RemoteEngine eng(options());
+  Json dead = Json::parse(p.heartbeat());
+  dead["id"] = "prefill-a";  // sorts first: pulls first
+  dead["url"] = "http://127.0.0.1:" + std::to_string(dead_port);
+  eng.heartbeat(dead.dump());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(5), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 5));
+  EXPECT_EQ(eng.stats().failovers_total, 1);
+  EXPECT_EQ(p.requests().size(), 1u);
+  EXPECT_EQ(Json::parse(eng.workers_json())["prefill"], 1);  // the dead one left the pool
+}
+
+TEST(RemoteEngine, ClusterFullOrEmptyIsQueueFull) {
+  RemoteEngine eng(options());
+  Collected c;
+  EXPECT_EQ(eng.submit(spec(5), c.callback()).status, engine::SubmitStatus::kQueueFull);
+  FakeWorker d("decode-a", false);
+  Json small = Json::parse(d.heartbeat());
+  small["capacity"]["kv_tokens"] = 10;  // prompt 4 + max_tokens 5 fits once, not twice
+  eng.heartbeat(small.dump());
+  EXPECT_EQ(eng.submit(spec(50), c.callback()).status, engine::SubmitStatus::kQueueFull);
+  EXPECT_EQ(eng.submit(spec(5000), c.callback()).status, engine::SubmitStatus::kTooLong);
+  EXPECT_EQ(eng.stats().rejected_full_total, 2);
+}
+
+TEST(RemoteEngine, ReservationCapAdmitsLongRequestsAndCountsKvWithinIt) {
+  RemoteEngineOptions o = options();
+  o.reserve_output_tokens = 5;
+  RemoteEngine eng(o);
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  Json small = Json::parse(d.heartbeat());
+  small["capacity"]["kv_tokens"] = 10;  // prompt 4 + 5 reserved fits; prompt 4 + max_tokens 20 would not
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(small.dump());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(20), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 20));
+  EXPECT_EQ(eng.stats().failovers_total, 0);  // KV counted past the reservation would have failed it
+}
+
+TEST(RemoteEngine, SilentWorkerLeavesThePoolAndRejoins) {
+  RemoteEngineOptions o = options();
+  o.lease = std::chrono::milliseconds(200);
+  RemoteEngine eng(o);
+  FakeWorker d("decode-a", false);
+  eng.heartbeat(d.heartbeat());
+  EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);
+  // The watchdog expires the lease; no heartbeat comes.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Json::parse(eng.workers_json())["decode"] == 1 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 0);
+  Collected c;
+  EXPECT_EQ(eng.submit(spec(5), c.callback()).status, engine::SubmitStatus::kQueueFull);
+  eng.heartbeat(d.heartbeat());
+  EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);
+}
+
+}  // namespace
+}  // namespace dsinfer::router

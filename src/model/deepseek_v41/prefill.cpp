@@ -37,9 +37,11 @@ class Weights {
       : ck_(ck), block_(ck.config().weight_block), double_(double_accumulation) {}
 
   // A linear weight as kernels::Linear takes it. BF16, F32 and FP4 (1x32 scales, as in V4) go as
-  // stored; FP8 with V4.1's 32x32 scale blocks is decoded into `decoded` to its exact fp32 values,
-  // since the kernels' FP8 path reads 128x128 blocks. `decoded` must outlive the Linear's construction.
-  kernels::WeightView view(const std::string& prefix, Vec& decoded) const {
+  // stored; FP8 with V4.1's 32x32 scale blocks is decoded, since the kernels' FP8 path reads 128x128
+  // blocks: to BF16 (E4M3 x a power of two fits bf16's 8 bits of precision: exact, half the bytes of
+  // fp32), or to fp32 should a value not fit (a scale below bf16's normal range). The buffers must
+  // outlive the Linear's construction.
+  kernels::WeightView view(const std::string& prefix, std::vector<uint16_t>& bf16, Vec& decoded) const {
     const TensorView& t = ck_.get(prefix + ".weight");
     const int64_t rows = t.shape.at(0);
     switch (t.dtype) {
@@ -54,17 +56,21 @@ class Weights {
         const TensorView& s = ck_.get(prefix + ".scale");
         const int64_t scols = (cols + block_ - 1) / block_;
         decoded.resize(static_cast<size_t>(rows * cols));
+        bf16.resize(decoded.size());
+        bool exact = true;
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t c = 0; c < cols; ++c) {
-            decoded[r * cols + c] = core::fp8_e4m3_to_float(t.data[r * cols + c]) *
-                                    scale(s, (r / block_) * scols + c / block_);
+            const float x = core::fp8_e4m3_to_float(t.data[r * cols + c]) * scale(s, (r / block_) * scols + c / block_);
+            decoded[r * cols + c] = x;
+            bf16[r * cols + c] = core::float_to_bf16(x);
+            exact = exact && core::bf16_to_float(bf16[r * cols + c]) == x;
           }
         }
         kernels::WeightView v;
-        v.format = kernels::WeightFormat::kF32;
+        v.format = exact ? kernels::WeightFormat::kBF16 : kernels::WeightFormat::kF32;
         v.rows = rows;
         v.cols = cols;
-        v.data = decoded.data();
+        v.data = exact ? static_cast<const void*>(bf16.data()) : decoded.data();
         v.name = prefix;
         return v;
       }
@@ -126,8 +132,9 @@ class Weights {
     const std::string key = core::str_cat(prefix, "#", begin, ":", end);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
+    std::vector<uint16_t> bf16;
     Vec decoded;
-    kernels::WeightView v = view(prefix, decoded);
+    kernels::WeightView v = view(prefix, bf16, decoded);
     if (end >= 0) v = kernels::slice_rows(v, begin, end);
     Lin l;
     l.rows = v.rows;

@@ -124,7 +124,8 @@ v4::ModelOptions model_options(const ModelFlags& flags) {
 }
 
 // DeepseekV41ForCausalLM: model/deepseek_v41's sequence fed in one pass, in chunks or token by token
-// (with rollback), and with --mtp / --mtp-out its DSpark draft head teacher-forced at every position.
+// (with rollback), and with --mtp / --mtp-out its DSpark draft head teacher-forced at every position
+// at the end, from the taps the sequence kept.
 int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<int32_t>& ids) {
   DSINFER_CHECK(!args.get_optional("dump-kv") && flags.numerics == "exact",
                 "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --dump-kv and --numerics reference are ",
@@ -139,8 +140,6 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   if (chunk == 0) chunk = T;
   DSINFER_CHECK(!(mtp && mtp_out), "--mtp and --mtp-out: give one (--mtp-out keeps the main logits in --out)");
   DSINFER_CHECK(!(mtp || mtp_out) || T >= 2, "--mtp needs at least 2 prompt tokens");
-  DSINFER_CHECK(!(mtp || mtp_out) || (chunk == T && rollback == 0),
-                "--mtp on a DeepseekV41ForCausalLM checkpoint: one pass only (no --chunk-size, --rollback)");
   const auto t0 = std::chrono::steady_clock::now();
   auto ck = model::Checkpoint::open(flags.dir);
   std::optional<model::deepseek_v41::EngramTokenMap> map;
@@ -186,7 +185,7 @@ int run_logits(int argc, char** argv) {
             "Write fp32 logits [T, vocab] of every prompt position to a .npy file (or, with --mtp, the MTP\n"
             "head's logits [T-1, vocab]: row p from the final streams at p and token p+1, predicting p+2).\n"
             "On a DeepseekV41ForCausalLM checkpoint (--no-kv-qdq turns off its three QDQ steps): one pass,\n"
-            "--chunk-size and --rollback as for V4; --mtp (one pass only) writes the DSpark draft head's draft-0\n"
+            "--chunk-size and --rollback as for V4; --mtp writes the DSpark draft head's draft-0\n"
             "logits [T-1, vocab]: row p from the round after p with anchor token p+1, predicting p+2;\n"
             "--mtp-out writes them as well, from the same pass; --dump-kv is not implemented for V4.1 yet).");
   add_model_flags(args);

@@ -301,14 +301,18 @@ class Prefill {
       src.ckv.resize(static_cast<size_t>(src.G * hd));
       src.ik.resize(static_cast<size_t>(src.G * ixd));
     }
-    single_pass_ = false;
+    for (Vec& tap : taps_) tap.resize(static_cast<size_t>(len * d_));
   }
 
-  // §2.12 teacher-forced draft rounds after the main pass: for every p < T-1 the round after p with
-  // anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab] (predicting token p+2).
+  // §2.12 teacher-forced draft rounds after the main pass(es), from the taps of every position: for
+  // every p < T-1 the round after p with anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab]
+  // (predicting token p+2). The sequence's last call.
   Vec dspark_draft0() {
     DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
-    DSINFER_CHECK(single_pass_, "V4.1 DSpark: the draft head needs the sequence in one forward from position 0");
+    DSINFER_CHECK(!drafted_, "V4.1 DSpark: draft 0 was already computed (the sequence's last call)");
+    drafted_ = true;
+    pos0_ = 0;
+    T_ = length();
     DSINFER_CHECK(T_ >= 2, "V4.1 DSpark: needs at least 2 prompt tokens");
     const int64_t P = T_ - 1, B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
     const int64_t nt = static_cast<int64_t>(taps_.size());
@@ -362,14 +366,13 @@ class Prefill {
   Vec run(const std::vector<int32_t>& ids) {
     DSINFER_CHECK(!ids.empty(), "V4.1 prefill: empty chunk");
     for (int32_t id : ids) DSINFER_CHECK(id >= 0 && id < c_.vocab_size, "V4.1 prefill: token id ", id, " out of range");
+    DSINFER_CHECK(!drafted_, "V4.1 sequence: no forward after the DSpark draft head");
     pos0_ = length();
-    single_pass_ = pos0_ == 0;
     T_ = static_cast<int64_t>(ids.size());
     ids_.insert(ids_.end(), ids.begin(), ids.end());
     if (map_ && c_.engram) {
       for (int32_t id : ids) cid_.push_back(map_->compressed(id));
     }
-    taps_.clear();
     std::vector<int64_t> ids64(ids.begin(), ids.end());
     const Vec e = w_.rows("embed.weight", ids64);
     X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
@@ -378,10 +381,16 @@ class Prefill {
     }
     std::vector<double> pre_in(static_cast<size_t>(T_ * hc_), 0.0);
     for (int64_t t = 0; t < T_; ++t) pre_in[t * hc_] = 1.0;  // one-hot on stream 0 (§2.1)
+    size_t tap = 0;
     for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
       const LayerRoles& r = c_.layer_roles(L);
       if (r.engram >= 0) engram(L, r.engram);
-      if (r.dspark_target) taps_.push_back(stream_mean());  // layer order (§2.1)
+      if (r.dspark_target) {  // layer order (§2.1)
+        if (taps_.size() <= tap) taps_.emplace_back();
+        const Vec m = stream_mean();
+        taps_[tap].insert(taps_[tap].end(), m.begin(), m.end());
+        ++tap;
+      }
       pre_in = block(L, pre_in);
     }
     Vec y = rms_norm(collapse(pre_in), d_, w_.vec("norm.weight"), c_.rms_norm_eps);
@@ -884,7 +893,7 @@ class Prefill {
   std::vector<int32_t> ids_;  // every position's token
   int64_t pos0_ = 0;          // the chunk's first position
   int64_t T_ = 0;             // the chunk's length
-  bool single_pass_ = false;  // the sequence came in one forward from position 0 (DSpark draft 0 needs it)
+  bool drafted_ = false;      // dspark_draft0 ran (it reuses the chunk buffers: the last call)
   PrefillOptions opt_;
   core::ThreadPool& pool_;
   int64_t hc_, d_;
@@ -895,7 +904,7 @@ class Prefill {
   std::map<int64_t, KvSource> sources_;
   std::map<int64_t, std::vector<std::vector<int64_t>>> selections_;
   std::vector<std::vector<bool>> cand_;
-  std::vector<Vec> taps_;   // DSpark taps [T, d] per target layer, layer order
+  std::vector<Vec> taps_;   // DSpark taps [n, d] of every position per target layer, layer order
   std::vector<Vec> rings_;  // DSpark stage rings [T, hd]
   int64_t ring_len_ = 0, block_ = 0;
 };

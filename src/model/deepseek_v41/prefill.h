@@ -33,7 +33,8 @@ struct SequenceState;
 // rollback, with the state of §3.1 (window KV, the kv sources' compressed KV, index keys and
 // compressor inputs, the Engram history) kept between calls. Every result is that of the one-pass
 // prefill of the whole sequence (prefill semantics, also where the official reference's one-token
-// decode differs, §9.1). The caches keep every position (no ring, no compact storage yet).
+// decode differs, §9.1). The caches keep every position (no ring, no compact storage yet); so do the
+// DSpark taps, for a teacher-forced draft head at the end (no incremental DSpark state yet).
 class Sequence {
  public:
   Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options = {});
@@ -46,8 +47,8 @@ class Sequence {
   int64_t length() const;
   // Rollback: the state as if only the first len positions had been fed.
   void truncate(int64_t len);
-  // DSpark draft 0 teacher-forced at every position (as prefill_logits); only after a single forward
-  // from position 0, and the sequence's last call.
+  // DSpark draft 0 teacher-forced at every position fed so far (as prefill_logits), from the taps
+  // the forwards kept; the sequence's last call.
   std::vector<float> dspark_draft0();
 
  private:

@@ -69,7 +69,8 @@ TEST(PrefillV41, ChunksDecodeAndRollbackGiveTheOnePassRows) {
   auto ck = small_checkpoint(dir);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
   const std::vector<int32_t> ids = prompt(40);
-  const std::vector<float> full = prefill_logits(*ck, &map, ids);
+  std::vector<float> draft_full;
+  const std::vector<float> full = prefill_logits(*ck, &map, ids, {}, &draft_full);
   for (const int chunk : {1, 5, 16}) {
     for (const int rollback : {0, 3}) {
       Sequence seq(*ck, &map);
@@ -89,19 +90,24 @@ TEST(PrefillV41, ChunksDecodeAndRollbackGiveTheOnePassRows) {
       for (size_t i = 0; i < full.size(); ++i) {
         ASSERT_EQ(got[i], full[i]) << "chunk " << chunk << " rollback " << rollback << " element " << i;
       }
+      const std::vector<float> draft = seq.dspark_draft0();  // from the taps the chunks kept
+      ASSERT_EQ(draft.size(), draft_full.size());
+      for (size_t i = 0; i < draft.size(); ++i) {
+        ASSERT_EQ(draft[i], draft_full[i]) << "draft 0, chunk " << chunk << " rollback " << rollback << " element " << i;
+      }
     }
   }
 }
 
-TEST(PrefillV41, DsparkNeedsOnePass) {
+TEST(PrefillV41, DsparkDraftIsTheLastCall) {
   TempDir dir;
   auto ck = small_checkpoint(dir);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
   Sequence seq(*ck, &map);
   seq.forward(prompt(6));
-  seq.forward(prompt(3));
-  const std::string msg = testing::error_of([&] { seq.dspark_draft0(); });
-  EXPECT_NE(msg.find("one forward"), std::string::npos) << msg;
+  seq.dspark_draft0();
+  const std::string msg = testing::error_of([&] { seq.forward(prompt(3)); });
+  EXPECT_NE(msg.find("after the DSpark draft head"), std::string::npos) << msg;
 }
 
 TEST(PrefillV41, QdqSwitchActs) {

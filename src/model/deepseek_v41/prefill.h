@@ -1,11 +1,10 @@
-// A one-pass prefill of DeepSeek-V4.1 from position 0 (model-v41.md §2): logits of every position.
-// One layer over the whole sequence at a time, driven by the config's layer roles, fp32 activations:
-// the products, sink attention, indexer scores and SwiGLU on the project's kernels (kernels::Linear
-// prepared at use: BF16 and FP4 as stored, FP8 32x32 blocks decoded to their exact fp32 values since
-// the kernels' FP8 path reads 128x128 blocks), the small glue (norms, mHC, routing) in double. It is
-// the first C++ forward of V4.1, for `dsinfer logits` and the golden test against
-// reference/model_v41.py; it is not the engine's model (no per-sequence state, no batching, no
-// chunked prefill or decode yet).
+// The forward of DeepSeek-V4.1 (model-v41.md §2): logits of every position fed, in one pass, in chunks
+// or token by token. One layer over the whole chunk at a time, driven by the config's layer roles, fp32
+// activations: the products, sink attention, indexer scores and SwiGLU on the project's kernels
+// (kernels::Linear prepared once per weight: BF16 and FP4 as stored, FP8 32x32 blocks decoded exactly
+// to BF16 since the kernels' FP8 path reads 128x128 blocks), the small glue (norms, mHC, routing) in
+// double. For `dsinfer logits` and the golden tests against reference/model_v41.py; not yet the
+// engine's model (no batching, blocks or snapshots, no ModelRunner adapter).
 #pragma once
 
 #include <cstdint>

@@ -123,15 +123,23 @@ v4::ModelOptions model_options(const ModelFlags& flags) {
   return opt;
 }
 
-// DeepseekV41ForCausalLM: the one-pass prefill of model/deepseek_v41, and with --mtp its DSpark draft
-// head teacher-forced at every position (no chunks, rollback or KV dump yet).
+// DeepseekV41ForCausalLM: model/deepseek_v41's sequence fed in one pass, in chunks or token by token
+// (with rollback), and with --mtp / --mtp-out its DSpark draft head teacher-forced at every position
+// at the end, from the taps the sequence kept.
 int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<int32_t>& ids) {
-  DSINFER_CHECK(args.get_int("chunk-size") == 0 && args.get_int("rollback") == 0 && !args.get_optional("dump-kv") &&
-                    flags.numerics == "exact",
-                "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint only the one-pass prefill (and --mtp) is ",
-                "implemented (no --chunk-size, --rollback, --dump-kv, --numerics reference)");
+  DSINFER_CHECK(!args.get_optional("dump-kv") && flags.numerics == "exact",
+                "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --dump-kv and --numerics reference are ",
+                "not implemented");
+  const int64_t T = static_cast<int64_t>(ids.size());
   const bool mtp = args.has("mtp");
-  DSINFER_CHECK(!mtp || ids.size() >= 2, "--mtp needs at least 2 prompt tokens");
+  const std::optional<std::string> mtp_out = args.get_optional("mtp-out");
+  int64_t chunk = args.get_int("chunk-size");
+  const int64_t rollback = args.get_int("rollback");
+  DSINFER_CHECK(chunk >= 0, "--chunk-size must be >= 0, got ", chunk);
+  DSINFER_CHECK(rollback >= 0, "--rollback must be >= 0, got ", rollback);
+  if (chunk == 0) chunk = T;
+  DSINFER_CHECK(!(mtp && mtp_out), "--mtp and --mtp-out: give one (--mtp-out keeps the main logits in --out)");
+  DSINFER_CHECK(!(mtp || mtp_out) || T >= 2, "--mtp needs at least 2 prompt tokens");
   const auto t0 = std::chrono::steady_clock::now();
   auto ck = model::Checkpoint::open(flags.dir);
   std::optional<model::deepseek_v41::EngramTokenMap> map;
@@ -139,18 +147,35 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   const auto t1 = std::chrono::steady_clock::now();
   model::deepseek_v41::PrefillOptions opt;
   opt.qdq = flags.kv_qdq;
-  std::vector<float> draft0;
-  const std::vector<float> logits =
-      model::deepseek_v41::prefill_logits(*ck, map ? &*map : nullptr, ids, opt, mtp ? &draft0 : nullptr);
-  const auto t2 = std::chrono::steady_clock::now();
-  const int64_t T = static_cast<int64_t>(ids.size());
-  if (mtp) {
-    write_npy(args.get("out"), draft0, T - 1, ck->config().vocab_size);
-  } else {
-    write_npy(args.get("out"), logits, T, ck->config().vocab_size);
+  opt.double_accumulation = args.has("double-accumulation");
+  const int64_t vocab = ck->config().vocab_size;
+  std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));
+  std::uniform_int_distribution<int32_t> random_token(0, static_cast<int32_t>(vocab - 1));
+  model::deepseek_v41::Sequence seq(*ck, map ? &*map : nullptr, opt);
+  std::vector<float> logits;
+  for (int64_t b = 0; b < T; b += chunk) {
+    const std::vector<float> part =
+        seq.forward(std::vector<int32_t>(ids.begin() + b, ids.begin() + std::min(T, b + chunk)));
+    logits.insert(logits.end(), part.begin(), part.end());
+    if (rollback > 0) {
+      const int64_t len = seq.length();
+      std::vector<int32_t> junk(static_cast<size_t>(rollback));
+      for (auto& t : junk) t = random_token(rng);
+      seq.forward(junk);
+      seq.truncate(len);
+    }
   }
-  std::fprintf(stderr, "logits (V4.1 one-pass prefill, QDQ %s): %lld tokens: load %.2f s, forward %.2f s\n",
-               flags.kv_qdq ? "on" : "off", static_cast<long long>(T),
+  std::vector<float> draft0;
+  if (mtp || mtp_out) draft0 = seq.dspark_draft0();
+  const auto t2 = std::chrono::steady_clock::now();
+  if (mtp) {
+    write_npy(args.get("out"), draft0, T - 1, vocab);
+  } else {
+    write_npy(args.get("out"), logits, T, vocab);
+  }
+  if (mtp_out) write_npy(*mtp_out, draft0, T - 1, vocab);
+  std::fprintf(stderr, "logits (V4.1, chunks of %lld, QDQ %s): %lld tokens: load %.2f s, forward %.2f s\n",
+               static_cast<long long>(chunk), flags.kv_qdq ? "on" : "off", static_cast<long long>(T),
                std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
   return 0;
 }
@@ -159,14 +184,18 @@ int run_logits(int argc, char** argv) {
   Args args("logits",
             "Write fp32 logits [T, vocab] of every prompt position to a .npy file (or, with --mtp, the MTP\n"
             "head's logits [T-1, vocab]: row p from the final streams at p and token p+1, predicting p+2).\n"
-            "On a DeepseekV41ForCausalLM checkpoint: the one-pass prefill only (--no-kv-qdq turns off its three\n"
-            "QDQ steps; --mtp writes the DSpark draft head's draft-0 logits [T-1, vocab]: row p from the round\n"
-            "after p with anchor token p+1, predicting p+2; --chunk-size, --rollback, --dump-kv are not\n"
-            "implemented for V4.1 yet).");
+            "On a DeepseekV41ForCausalLM checkpoint (--no-kv-qdq turns off its three QDQ steps): one pass,\n"
+            "--chunk-size and --rollback as for V4; --mtp writes the DSpark draft head's draft-0\n"
+            "logits [T-1, vocab]: row p from the round after p with anchor token p+1, predicting p+2;\n"
+            "--mtp-out writes them as well, from the same pass; --dump-kv is not implemented for V4.1 yet).");
   add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated token ids, or @FILE holding them");
   args.option("out", "FILE", "output .npy (float32)");
   args.flag("mtp", "write the MTP logits [T-1, vocab] instead of the main logits");
+  args.flag("double-accumulation",
+            "V4.1: the slow double-accumulation loops instead of the fp32 kernels (they follow the float64 "
+            "reference's QDQ rounding decisions free-running)");
+  args.option("mtp-out", "FILE", "also write the MTP (DSpark draft-0) logits to FILE, from the same pass (V4.1 only)");
   args.option("chunk-size", "N", "feed the prompt in chunks of N tokens (1 = token-by-token decode; 0 = one pass)",
               "0");
   args.option("rollback", "K", "after every chunk run K extra random tokens and roll them back", "0");
@@ -180,6 +209,8 @@ int run_logits(int argc, char** argv) {
       model::ModelConfig::load(flags.dir + "/config.json").arch == model::Architecture::kDeepseekV41) {
     return run_logits_v41(args, flags, ids);
   }
+  DSINFER_CHECK(!args.get_optional("mtp-out") && !args.has("double-accumulation"),
+                "--mtp-out, --double-accumulation: only on DeepseekV41ForCausalLM checkpoints");
   const int64_t T = static_cast<int64_t>(ids.size());
   const bool mtp = args.has("mtp");
   int64_t chunk = args.get_int("chunk-size");

@@ -6,10 +6,12 @@
       mkmodel into DIR/model, prompt ids into DIR/ids.txt, reference logits DIR/ref_noqdq.npy (KV/indexer
       QDQ off) and, unless --no-kv-qdq, DIR/ref.npy (QDQ on), each with MTP logits *_mtp.npy (for a
       DeepseekV41ForCausalLM config: reference/model_v41.py, *_mtp.npy = DSpark draft-0 logits).
-  golden.py compare  --dsinfer BIN --work DIR --name NAME [--mtp] [--no-kv-qdq] [--chunk-size N]
+  golden.py compare  --dsinfer BIN --work DIR --name NAME [--mtp | --with-mtp] [--no-kv-qdq] [--chunk-size N]
+                     [--double-accumulation]
                      [--rollback K] [--max-median-rel X] [--max-rel X] [--min-argmax X]
                      [--prefix-rows N --prefix-max-rel X]
-      runs `dsinfer logits` with those flags and compares with the reference of the setup.
+      runs `dsinfer logits` with those flags and compares with the reference of the setup; --with-mtp
+      (V4.1) also compares the MTP logits of the same run (`--mtp-out`), as NAME_mtp.
   golden.py teacher --dsinfer BIN --work DIR --name NAME [--mtp] [--chunk-size N] [--rollback K] [thresholds]
       KV / indexer QDQ on, teacher-forced: `dsinfer logits --dump-kv` writes every QDQ'd vector it stored,
       the reference (float64, in process) uses them instead of its own QDQ results after checking each is
@@ -172,20 +174,30 @@ def dsinfer_logits(args, model, ids, out, mtp=False, extra=()):
         cmd += ["--chunk-size", str(args.chunk_size)]
     if getattr(args, "rollback", None):
         cmd += ["--rollback", str(args.rollback)]
+    if getattr(args, "double_accumulation", False):
+        cmd.append("--double-accumulation")
     cmd += list(extra)
     run(cmd, "dsinfer logits")
 
 
 def cmd_compare(args):
-    ref = os.path.join(args.work, ref_name(args.no_kv_qdq, args.mtp))
-    if not os.path.exists(ref):
-        raise SystemExit(f"golden: no reference logits {ref} (did the setup test run?)")
-    out = os.path.join(args.work, f"dsinfer_{args.name}.npy")
-    if os.path.exists(out):
-        os.remove(out)
-    dsinfer_logits(args, os.path.join(args.work, "model"), read_ids(args.work), out, args.mtp)
-    ok = report(out, ref, args.name, args)
-    return 0 if ok else 1
+    # --with-mtp: one `dsinfer logits --mtp-out` run gives both the main and the MTP logits, each
+    # compared with its reference (V4.1: the DSpark draft head; one forward pass instead of two).
+    cases = [(args.name, args.mtp)] + ([(args.name + "_mtp", True)] if args.with_mtp else [])
+    refs, outs = [], []
+    for label, mtp in cases:
+        ref = os.path.join(args.work, ref_name(args.no_kv_qdq, mtp))
+        if not os.path.exists(ref):
+            raise SystemExit(f"golden: no reference logits {ref} (did the setup test run?)")
+        out = os.path.join(args.work, f"dsinfer_{label}.npy")
+        if os.path.exists(out):
+            os.remove(out)
+        refs.append(ref)
+        outs.append(out)
+    extra = ["--mtp-out", outs[1]] if args.with_mtp else []
+    dsinfer_logits(args, os.path.join(args.work, "model"), read_ids(args.work), outs[0], args.mtp, extra)
+    ok = [report(out, ref, label, args) for (label, _), out, ref in zip(cases, outs, refs)]
+    return 0 if all(ok) else 1
 
 
 def load_teacher(prefix, n_layers, mtp):
@@ -307,6 +319,11 @@ def main():
         if name in ("compare", "teacher"):
             p.add_argument("--name", required=True)
             p.add_argument("--mtp", action="store_true")
+            if name == "compare":
+                p.add_argument("--with-mtp", action="store_true",
+                               help="also compare the MTP logits, from the same dsinfer run (--mtp-out)")
+                p.add_argument("--double-accumulation", action="store_true",
+                               help="V4.1: dsinfer's double-accumulation loops instead of the fp32 kernels")
             p.add_argument("--chunk-size", type=int)
             p.add_argument("--rollback", type=int)
         if name == "short":

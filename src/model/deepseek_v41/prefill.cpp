@@ -9,6 +9,11 @@
 
 #include "core/dtypes.h"
 #include "core/error.h"
+#include "kernels/cpu/index_score.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/sink_attention.h"
+#include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/vec.h"
 #include "model/deepseek_v41/engram_hash.h"
 
 namespace dsinfer::model::deepseek_v41 {
@@ -17,56 +22,69 @@ namespace {
 using core::DType;
 using Vec = std::vector<float>;
 
-// A linear weight decoded to fp32 [rows, cols].
-struct Dense {
+// A linear weight prepared for products: for the kernels, or (double accumulation) as its exact fp32
+// values [rows, cols].
+struct Lin {
+  kernels::Linear fast;
   int64_t rows = 0, cols = 0;
-  Vec w;
-  const float* row(int64_t r) const { return w.data() + r * cols; }
+  Vec dense;
+  const float* row(int64_t r) const { return dense.data() + r * cols; }
 };
 
 class Weights {
  public:
-  explicit Weights(const Checkpoint& ck) : ck_(ck), block_(ck.config().weight_block) {}
+  Weights(const Checkpoint& ck, bool double_accumulation)
+      : ck_(ck), block_(ck.config().weight_block), double_(double_accumulation) {}
 
-  Dense linear(const std::string& prefix) const {
+  // A linear weight as kernels::Linear takes it. BF16, F32 and FP4 (1x32 scales, as in V4) go as
+  // stored; FP8 with V4.1's 32x32 scale blocks is decoded, since the kernels' FP8 path reads 128x128
+  // blocks: to BF16 (E4M3 x a power of two fits bf16's 8 bits of precision: exact, half the bytes of
+  // fp32), or to fp32 should a value not fit (a scale below bf16's normal range). The buffers must
+  // outlive the Linear's construction.
+  kernels::WeightView view(const std::string& prefix, std::vector<uint16_t>& bf16, Vec& decoded) const {
     const TensorView& t = ck_.get(prefix + ".weight");
-    Dense d;
-    d.rows = t.shape.at(0);
+    const int64_t rows = t.shape.at(0);
     switch (t.dtype) {
       case DType::kBF16:
       case DType::kF32:
-        d.cols = t.shape.at(1);
-        d.w = plain(t);
-        return d;
-      case DType::kF8E4M3: {
-        d.cols = t.shape.at(1);
-        const TensorView& s = ck_.get(prefix + ".scale");
-        const int64_t scols = (d.cols + block_ - 1) / block_;
-        d.w.resize(static_cast<size_t>(d.rows * d.cols));
-        for (int64_t r = 0; r < d.rows; ++r) {
-          for (int64_t c = 0; c < d.cols; ++c) {
-            d.w[r * d.cols + c] = core::fp8_e4m3_to_float(t.data[r * d.cols + c]) *
-                                  scale(s, (r / block_) * scols + c / block_);
-          }
-        }
-        return d;
-      }
+        return ck_.linear(prefix, rows, t.shape.at(1));
       case DType::kI8:
-      case DType::kU8: {
-        d.cols = t.shape.at(1) * 2;
+      case DType::kU8:
+        return ck_.linear(prefix, rows, t.shape.at(1) * 2);
+      case DType::kF8E4M3: {
+        const int64_t cols = t.shape.at(1);
         const TensorView& s = ck_.get(prefix + ".scale");
-        d.w.resize(static_cast<size_t>(d.rows * d.cols));
-        for (int64_t r = 0; r < d.rows; ++r) {
-          const uint8_t* packed = t.data + r * (d.cols / 2);
-          for (int64_t c = 0; c < d.cols; ++c) {
-            d.w[r * d.cols + c] = core::fp4_packed_get(packed, c) * scale(s, r * (d.cols / 32) + c / 32);
+        const int64_t scols = (cols + block_ - 1) / block_;
+        decoded.resize(static_cast<size_t>(rows * cols));
+        bf16.resize(decoded.size());
+        bool exact = true;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const float x = core::fp8_e4m3_to_float(t.data[r * cols + c]) * scale(s, (r / block_) * scols + c / block_);
+            decoded[r * cols + c] = x;
+            bf16[r * cols + c] = core::float_to_bf16(x);
+            exact = exact && core::bf16_to_float(bf16[r * cols + c]) == x;
           }
         }
-        return d;
+        kernels::WeightView v;
+        v.format = exact ? kernels::WeightFormat::kBF16 : kernels::WeightFormat::kF32;
+        v.rows = rows;
+        v.cols = cols;
+        v.data = exact ? static_cast<const void*>(bf16.data()) : decoded.data();
+        v.name = prefix;
+        return v;
       }
       default:
         core::fail("V4.1 prefill: weight '", t.name, "' has an unsupported dtype");
     }
+  }
+
+  // Prepared once per weight and kept: a sequence fed in chunks or token by token reuses them.
+  const Lin& linear(const std::string& prefix) const { return prepared(prefix, 0, -1); }
+
+  // Rows [begin, end) of a linear as a weight of its own (a group of a grouped projection), kept too.
+  const Lin& linear_rows(const std::string& prefix, int64_t begin, int64_t end) const {
+    return prepared(prefix, begin, end);
   }
 
   Vec vec(const std::string& name) const { return plain(ck_.get(name)); }
@@ -110,8 +128,32 @@ class Weights {
     return out;
   }
 
+  const Lin& prepared(const std::string& prefix, int64_t begin, int64_t end) const {
+    const std::string key = core::str_cat(prefix, "#", begin, ":", end);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    std::vector<uint16_t> bf16;
+    Vec decoded;
+    kernels::WeightView v = view(prefix, bf16, decoded);
+    if (end >= 0) v = kernels::slice_rows(v, begin, end);
+    Lin l;
+    l.rows = v.rows;
+    l.cols = v.cols;
+    if (double_) {
+      l.dense.resize(static_cast<size_t>(l.rows * l.cols));
+      for (int64_t r = 0; r < l.rows; ++r) {
+        for (int64_t c = 0; c < l.cols; ++c) l.dense[r * l.cols + c] = kernels::weight_at(v, r, c);
+      }
+    } else {
+      l.fast = kernels::Linear(v);
+    }
+    return cache_.emplace(key, std::move(l)).first->second;
+  }
+
   const Checkpoint& ck_;
   int64_t block_;
+  bool double_;
+  mutable std::map<std::string, Lin> cache_;
 };
 
 double dot(const float* a, const float* b, int64_t n) {
@@ -120,15 +162,25 @@ double dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Y [T, out] = X [T, in] W^T.
-Vec matmul(core::ThreadPool& pool, const Vec& x, int64_t T, const Dense& w) {
-  DSINFER_CHECK(static_cast<int64_t>(x.size()) == T * w.cols, "V4.1 prefill: matmul shape mismatch");
-  Vec y(static_cast<size_t>(T * w.rows));
+// y[t * ldy + r] = x[t * ldx ..] . W[r]: the kernels' fp32 products, or double accumulation.
+void matmul_into(core::ThreadPool& pool, const float* x, int64_t T, int64_t ldx, const Lin& w, float* y,
+                 int64_t ldy) {
+  if (!w.fast.empty()) {
+    w.fast.forward(x, T, ldx, y, ldy, &pool);
+    return;
+  }
   pool.parallel_for(w.rows, 64, [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
-      for (int64_t t = 0; t < T; ++t) y[t * w.rows + r] = static_cast<float>(dot(x.data() + t * w.cols, w.row(r), w.cols));
+      for (int64_t t = 0; t < T; ++t) y[t * ldy + r] = static_cast<float>(dot(x + t * ldx, w.row(r), w.cols));
     }
   });
+}
+
+// Y [T, out] = X [T, in] W^T.
+Vec matmul(core::ThreadPool& pool, const Vec& x, int64_t T, const Lin& w) {
+  DSINFER_CHECK(static_cast<int64_t>(x.size()) == T * w.cols, "V4.1 prefill: matmul shape mismatch");
+  Vec y(static_cast<size_t>(T * w.rows));
+  matmul_into(pool, x.data(), T, w.cols, w, y.data(), w.rows);
   return y;
 }
 
@@ -223,23 +275,44 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 class Prefill {
  public:
-  Prefill(const Checkpoint& ck, const EngramTokenMap* map, const std::vector<int32_t>& ids, const PrefillOptions& o)
-      : c_(ck.config()), w_(ck), ids_(ids), T_(static_cast<int64_t>(ids.size())), opt_(o),
-        pool_(o.pool ? *o.pool : core::ThreadPool::global()), hc_(c_.hc_mult), d_(c_.hidden_size) {
+  Prefill(const Checkpoint& ck, const EngramTokenMap* map, const PrefillOptions& o)
+      : c_(ck.config()), w_(ck, o.double_accumulation), map_(map), opt_(o), pool_(o.pool ? *o.pool : core::ThreadPool::global()),
+        hc_(c_.hc_mult), d_(c_.hidden_size) {
     DSINFER_CHECK(c_.arch == Architecture::kDeepseekV41, "V4.1 prefill: the checkpoint is ", c_.architecture);
-    DSINFER_CHECK(T_ > 0, "V4.1 prefill: empty prompt");
-    for (int32_t id : ids) DSINFER_CHECK(id >= 0 && id < c_.vocab_size, "V4.1 prefill: token id ", id, " out of range");
     if (c_.engram) {
       DSINFER_CHECK(map != nullptr, "V4.1 prefill: the model has Engram layers but no token map was given");
       hash_ = std::make_unique<EngramHash>(*c_.engram, map->compressed(c_.engram->pad_token_id));
-      for (int32_t id : ids) cid_.push_back(map->compressed(id));
     }
   }
 
-  // §2.12 teacher-forced draft rounds after the main pass: for every p < T-1 the round after p with
-  // anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab] (predicting token p+2).
+  int64_t length() const { return static_cast<int64_t>(ids_.size()); }
+
+  // §3.4 rollback: the state of the first len positions (every cache here keeps its whole history).
+  void truncate(int64_t len) {
+    DSINFER_CHECK(len >= 0 && len <= length(), "V4.1 sequence: truncate to ", len, " of ", length(), " positions");
+    const int64_t hd = c_.head_dim, ixd = c_.index_head_dim;
+    ids_.resize(static_cast<size_t>(len));
+    cid_.resize(std::min(cid_.size(), static_cast<size_t>(len)));
+    for (auto& [L, w] : windows_) w.resize(static_cast<size_t>(len * hd));
+    for (auto& [L, src] : sources_) {
+      src.u.resize(static_cast<size_t>(len * hd));
+      if (!src.g.empty()) src.g.resize(static_cast<size_t>(len * hd));
+      src.G = len / src.ratio;
+      src.ckv.resize(static_cast<size_t>(src.G * hd));
+      src.ik.resize(static_cast<size_t>(src.G * ixd));
+    }
+    for (Vec& tap : taps_) tap.resize(static_cast<size_t>(len * d_));
+  }
+
+  // §2.12 teacher-forced draft rounds after the main pass(es), from the taps of every position: for
+  // every p < T-1 the round after p with anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab]
+  // (predicting token p+2). The sequence's last call.
   Vec dspark_draft0() {
     DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
+    DSINFER_CHECK(!drafted_, "V4.1 DSpark: draft 0 was already computed (the sequence's last call)");
+    drafted_ = true;
+    pos0_ = 0;
+    T_ = length();
     DSINFER_CHECK(T_ >= 2, "V4.1 DSpark: needs at least 2 prompt tokens");
     const int64_t P = T_ - 1, B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
     const int64_t nt = static_cast<int64_t>(taps_.size());
@@ -288,8 +361,19 @@ class Prefill {
     return logits;
   }
 
-  Vec run() {
-    std::vector<int64_t> ids64(ids_.begin(), ids_.end());
+  // Feeds ids at positions length().. (§2.13: a chunk continues the state of the earlier ones);
+  // returns their logits [ids.size(), vocab].
+  Vec run(const std::vector<int32_t>& ids) {
+    DSINFER_CHECK(!ids.empty(), "V4.1 prefill: empty chunk");
+    for (int32_t id : ids) DSINFER_CHECK(id >= 0 && id < c_.vocab_size, "V4.1 prefill: token id ", id, " out of range");
+    DSINFER_CHECK(!drafted_, "V4.1 sequence: no forward after the DSpark draft head");
+    pos0_ = length();
+    T_ = static_cast<int64_t>(ids.size());
+    ids_.insert(ids_.end(), ids.begin(), ids.end());
+    if (map_ && c_.engram) {
+      for (int32_t id : ids) cid_.push_back(map_->compressed(id));
+    }
+    std::vector<int64_t> ids64(ids.begin(), ids.end());
     const Vec e = w_.rows("embed.weight", ids64);
     X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
     for (int64_t t = 0; t < T_; ++t) {
@@ -297,10 +381,16 @@ class Prefill {
     }
     std::vector<double> pre_in(static_cast<size_t>(T_ * hc_), 0.0);
     for (int64_t t = 0; t < T_; ++t) pre_in[t * hc_] = 1.0;  // one-hot on stream 0 (§2.1)
+    size_t tap = 0;
     for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
       const LayerRoles& r = c_.layer_roles(L);
       if (r.engram >= 0) engram(L, r.engram);
-      if (r.dspark_target) taps_.push_back(stream_mean());  // layer order (§2.1)
+      if (r.dspark_target) {  // layer order (§2.1)
+        if (taps_.size() <= tap) taps_.emplace_back();
+        const Vec m = stream_mean();
+        taps_[tap].insert(taps_[tap].end(), m.begin(), m.end());
+        ++tap;
+      }
       pre_in = block(L, pre_in);
     }
     Vec y = rms_norm(collapse(pre_in), d_, w_.vec("norm.weight"), c_.rms_norm_eps);
@@ -423,7 +513,8 @@ class Prefill {
     Vec emb(static_cast<size_t>(T_ * C * hd));
     std::vector<int64_t> hist(static_cast<size_t>(N)), rows(static_cast<size_t>(C));
     for (int64_t t = 0; t < T_; ++t) {
-      for (int64_t j = 0; j < N; ++j) hist[j] = t - j >= 0 ? cid_[t - j] : hash_->pad_id();
+      const int64_t pos = pos0_ + t;  // the n-grams look back across chunks (§2.13)
+      for (int64_t j = 0; j < N; ++j) hist[j] = pos - j >= 0 ? cid_[pos - j] : hash_->pad_id();
       hash_->rows(k, hist.data(), rows.data());
       for (int64_t col = 0; col < C; ++col) w_.engram_row(p, rows[col], emb.data() + (t * C + col) * hd);
     }
@@ -451,47 +542,57 @@ class Prefill {
     }
   }
 
+  // A kv source's state (§3.1). u and g keep the compressor inputs of every position (not only the
+  // ratio-2 tail) so that a rollback to any length finds its tail.
   struct KvSource {
     int64_t ratio = 0;
-    Vec ckv;  // [G, hd]
-    Vec ik;   // [G, index_dim]
+    Vec u, g;  // [n, hd]: compressor wkv and (ratio 2) wgate rows
+    Vec ckv;   // [G, hd]
+    Vec ik;    // [G, index_dim]
     int64_t G = 0;
   };
 
-  // §2.6: a kv source's compressed entries over the whole sequence.
-  KvSource compress(const std::string& p, const Vec& a, int64_t ratio) {
+  // §2.6: feeds the chunk to a kv source; appends the entries its tokens complete (entry e is made by
+  // token e * ratio + ratio - 1, a ratio-2 group may start in the previous chunk).
+  void compress(KvSource& s, const std::string& p, const Vec& a, int64_t ratio) {
     const int64_t hd = c_.head_dim, ixd = c_.index_head_dim, rd = c_.qk_rope_head_dim;
-    KvSource s;
     s.ratio = ratio;
-    s.G = T_ / ratio;
     const Vec u = matmul(pool_, a, T_, w_.linear(p + "compressor.wkv"));
-    Vec z(static_cast<size_t>(s.G * hd));
+    s.u.insert(s.u.end(), u.begin(), u.end());
     if (ratio == 2) {
       const Vec g = matmul(pool_, a, T_, w_.linear(p + "compressor.wgate"));
-      for (int64_t e = 0; e < s.G; ++e) {
+      s.g.insert(s.g.end(), g.begin(), g.end());
+    }
+    const int64_t G0 = s.G, G1 = (pos0_ + T_) / ratio, n = G1 - G0;
+    if (n == 0) return;
+    Vec z(static_cast<size_t>(n * hd));
+    for (int64_t e = G0; e < G1; ++e) {
+      float* ze = z.data() + (e - G0) * hd;
+      if (ratio == 2) {
         for (int64_t ch = 0; ch < hd; ++ch) {
-          const double s0 = g[(2 * e) * hd + ch], s1 = g[(2 * e + 1) * hd + ch];
+          const double s0 = s.g[(2 * e) * hd + ch], s1 = s.g[(2 * e + 1) * hd + ch];
           const double mx = std::max(s0, s1), e0 = std::exp(s0 - mx), e1 = std::exp(s1 - mx);
-          z[e * hd + ch] = static_cast<float>((e0 * u[(2 * e) * hd + ch] + e1 * u[(2 * e + 1) * hd + ch]) / (e0 + e1));
+          ze[ch] = static_cast<float>((e0 * s.u[(2 * e) * hd + ch] + e1 * s.u[(2 * e + 1) * hd + ch]) / (e0 + e1));
         }
+      } else {
+        std::copy_n(s.u.data() + e * hd, hd, ze);
       }
-    } else {
-      std::copy_n(u.begin(), s.G * hd, z.begin());
     }
-    const Vec latent = rms_norm(z, hd, w_.vec(p + "compressor.norm.weight"), c_.rms_norm_eps);
+    Vec ckv = rms_norm(z, hd, w_.vec(p + "compressor.norm.weight"), c_.rms_norm_eps);
     const std::vector<float> f = inv_freqs(c_, ratio);
-    s.ik = rms_norm(matmul(pool_, latent, s.G, w_.linear(p + "indexer.wk")), ixd, w_.vec(p + "indexer.k_norm.weight"),
-                    c_.rms_norm_eps);
-    s.ckv = latent;
-    for (int64_t e = 0; e < s.G; ++e) {
-      rope(s.ik.data() + e * ixd, ixd, rd, f, e * ratio);
-      rope(s.ckv.data() + e * hd, hd, rd, f, e * ratio);
+    Vec ik = rms_norm(matmul(pool_, ckv, n, w_.linear(p + "indexer.wk")), ixd, w_.vec(p + "indexer.k_norm.weight"),
+                      c_.rms_norm_eps);
+    for (int64_t i = 0; i < n; ++i) {
+      rope(ik.data() + i * ixd, ixd, rd, f, (G0 + i) * ratio);
+      rope(ckv.data() + i * hd, hd, rd, f, (G0 + i) * ratio);
       if (opt_.qdq) {
-        qdq_pow2(s.ik.data() + e * ixd, ixd, 32, false);
-        qdq_fp4_e4m3_scale(s.ckv.data() + e * hd, hd);
+        qdq_pow2(ik.data() + i * ixd, ixd, 32, false);
+        qdq_fp4_e4m3_scale(ckv.data() + i * hd, hd);
       }
     }
-    return s;
+    s.ckv.insert(s.ckv.end(), ckv.begin(), ckv.end());
+    s.ik.insert(s.ik.end(), ik.begin(), ik.end());
+    s.G = G1;
   }
 
   // §2.7.2 scores [T][G] (-inf where not visible) of an index source.
@@ -504,22 +605,29 @@ class Prefill {
     for (int64_t t = 0; t < T_; ++t) {
       for (int64_t h = 0; h < ixh; ++h) {
         float* q = qi.data() + (t * ixh + h) * ixd;
-        rope(q, ixd, rd, f, t);
+        rope(q, ixd, rd, f, pos0_ + t);
         if (opt_.qdq) qdq_pow2(q, ixd, 32, false);
       }
     }
     std::vector<std::vector<double>> score(static_cast<size_t>(T_), std::vector<double>(src.G, -INFINITY));
     pool_.parallel_for(T_, 4, [&](int64_t tb, int64_t te) {
+      std::vector<float> w(static_cast<size_t>(ixh)), out(static_cast<size_t>(src.G));
       for (int64_t t = tb; t < te; ++t) {
-        const int64_t n = std::min(src.G, (t + 1) / src.ratio);
-        for (int64_t g = 0; g < n; ++g) {
-          double s = 0;
-          for (int64_t h = 0; h < ixh; ++h) {
-            const double dq = dot(qi.data() + (t * ixh + h) * ixd, src.ik.data() + g * ixd, ixd);
-            s += std::max(dq, 0.0) * (wts[t * ixh + h] * wscale);
+        const int64_t n = std::min(src.G, (pos0_ + t + 1) / src.ratio);
+        if (opt_.double_accumulation) {
+          for (int64_t g = 0; g < n; ++g) {
+            double s = 0;
+            for (int64_t h = 0; h < ixh; ++h) {
+              const double dq = dot(qi.data() + (t * ixh + h) * ixd, src.ik.data() + g * ixd, ixd);
+              s += std::max(dq, 0.0) * (wts[t * ixh + h] * wscale);
+            }
+            score[t][g] = s;
           }
-          score[t][g] = s;
+          continue;
         }
+        for (int64_t h = 0; h < ixh; ++h) w[h] = static_cast<float>(wts[t * ixh + h] * wscale);
+        kernels::index_scores(qi.data() + t * ixh * ixd, w.data(), ixh, ixd, src.ik.data(), n, out.data());
+        std::copy_n(out.begin(), n, score[t].begin());
       }
     });
     return score;
@@ -530,7 +638,7 @@ class Prefill {
     const int64_t B = c_.candidate_block_size, K = c_.candidate_topk_blocks;
     std::vector<std::vector<bool>> mask(static_cast<size_t>(T_), std::vector<bool>(G, false));
     for (int64_t t = 0; t < T_; ++t) {
-      const int64_t n = std::min(G, (t + 1) / ratio);
+      const int64_t n = std::min(G, (pos0_ + t + 1) / ratio);
       if (n == 0) continue;
       const int64_t nb = (n + B - 1) / B;
       std::vector<double> bs(static_cast<size_t>(nb), -INFINITY);
@@ -543,6 +651,63 @@ class Prefill {
     return mask;
   }
 
+  // The sink attention of one query row in double (double_accumulation).
+  void attend_double(const float* q, const std::vector<const float*>& keys, const Vec& sink, float* out) const {
+    const int64_t nh = c_.num_attention_heads, hd = c_.head_dim;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    std::vector<double> lg(keys.size()), acc(static_cast<size_t>(hd));
+    for (int64_t h = 0; h < nh; ++h) {
+      const float* qv = q + h * hd;
+      double mx = sink[h];
+      for (size_t i = 0; i < keys.size(); ++i) {
+        lg[i] = dot(qv, keys[i], hd) * scale;
+        mx = std::max(mx, lg[i]);
+      }
+      double den = std::exp(sink[h] - mx);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const double pr = std::exp(lg[i] - mx);
+        den += pr;
+        for (int64_t x = 0; x < hd; ++x) acc[x] += pr * keys[i][x];
+      }
+      for (int64_t x = 0; x < hd; ++x) out[h * hd + x] = static_cast<float>(acc[x] / den);
+    }
+  }
+
+  // Sink attention (§2.9) of every row n of q [T, nh, hd], all heads attending the same keys, which
+  // keys_of(n, keys) appends (returning row n's position); then the inverse RoPE of each head's output.
+  template <class KeysOf>
+  Vec attend(const Vec& q, const Vec& sink, const std::vector<float>& f, KeysOf keys_of) {
+    const int64_t nh = c_.num_attention_heads, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
+    Vec o(static_cast<size_t>(T_ * nh * hd));
+    pool_.parallel_for(T_, 1, [&](int64_t b, int64_t e) {
+      std::vector<const float*> keys;
+      Vec scratch;
+      for (int64_t n = b; n < e; ++n) {
+        keys.clear();
+        const int64_t pos = keys_of(n, keys);
+        scratch.resize(static_cast<size_t>(nh) * (keys.size() + 1));
+        if (opt_.double_accumulation) {
+          attend_double(q.data() + n * nh * hd, keys, sink, o.data() + n * nh * hd);
+        } else {
+          kernels::SinkAttention a;
+          a.q = q.data() + n * nh * hd;
+          a.heads = nh;
+          a.dim = hd;
+          a.rows = keys.data();
+          a.n = static_cast<int64_t>(keys.size());
+          a.sink = sink.data();
+          a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+          a.out = o.data() + n * nh * hd;
+          a.scratch = scratch.data();
+          kernels::sink_attention(a);
+        }
+        for (int64_t h = 0; h < nh; ++h) rope(o.data() + (n * nh + h) * hd, hd, rd, f, pos, -1.0);
+      }
+    });
+    return o;
+  }
+
   Vec attention(int64_t L, const Vec& a) {
     const LayerRoles& r = c_.layer_roles(L);
     const std::string p = c_.layer_prefix(L) + "attn.";
@@ -553,14 +718,16 @@ class Prefill {
     Vec q = matmul(pool_, qr, T_, w_.linear(p + "wq_b"));  // [T, nh * hd], no per-head norm
     Vec kv = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"), c_.rms_norm_eps);
     for (int64_t t = 0; t < T_; ++t) {
-      for (int64_t h = 0; h < nh; ++h) rope(q.data() + (t * nh + h) * hd, hd, rd, f, t);
-      rope(kv.data() + t * hd, hd, rd, f, t);
+      for (int64_t h = 0; h < nh; ++h) rope(q.data() + (t * nh + h) * hd, hd, rd, f, pos0_ + t);
+      rope(kv.data() + t * hd, hd, rd, f, pos0_ + t);
       if (opt_.qdq) qdq_pow2(kv.data() + t * hd, hd, 32, true);
     }
+    Vec& window = windows_[L];  // every position's window KV (keys of the positions after it)
+    window.insert(window.end(), kv.begin(), kv.end());
     const KvSource* src = nullptr;
     const std::vector<std::vector<int64_t>>* sel = nullptr;
     if (r.ratio > 0) {
-      if (r.owns_compressor) sources_[L] = compress(p, a, r.ratio);
+      if (r.owns_compressor) compress(sources_[L], p, a, r.ratio);
       src = &sources_.at(r.kv_source);
       if (r.owns_indexer) {
         auto score = index_scores(p, a, qr, *src, f);
@@ -578,38 +745,13 @@ class Prefill {
       }
       sel = &selections_.at(r.index_source);
     }
-    const Vec sink = w_.vec(p + "attn_sink");
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    Vec o(static_cast<size_t>(T_ * nh * hd));
-    pool_.parallel_for(T_ * nh, 1, [&](int64_t b, int64_t e) {
-      std::vector<const float*> keys;
-      std::vector<double> lg;
-      std::vector<double> acc(static_cast<size_t>(hd));
-      for (int64_t task = b; task < e; ++task) {
-        const int64_t t = task / nh, h = task % nh;
-        keys.clear();
-        for (int64_t j = std::max<int64_t>(0, t - W + 1); j <= t; ++j) keys.push_back(kv.data() + j * hd);
-        if (sel) {
-          for (int64_t g : (*sel)[t]) keys.push_back(src->ckv.data() + g * hd);
-        }
-        const float* qv = q.data() + (t * nh + h) * hd;
-        lg.resize(keys.size());
-        double mx = sink[h];
-        for (size_t i = 0; i < keys.size(); ++i) {
-          lg[i] = dot(qv, keys[i], hd) * scale;
-          mx = std::max(mx, lg[i]);
-        }
-        double den = std::exp(sink[h] - mx);
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          const double pr = std::exp(lg[i] - mx);
-          den += pr;
-          for (int64_t x = 0; x < hd; ++x) acc[x] += pr * keys[i][x];
-        }
-        float* out = o.data() + (t * nh + h) * hd;
-        for (int64_t x = 0; x < hd; ++x) out[x] = static_cast<float>(acc[x] / den);
-        rope(out, hd, rd, f, t, -1.0);
+    const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys) {
+      const int64_t pos = pos0_ + t;
+      for (int64_t j = std::max<int64_t>(0, pos - W + 1); j <= pos; ++j) keys.push_back(window.data() + j * hd);
+      if (sel) {
+        for (int64_t g : (*sel)[t]) keys.push_back(src->ckv.data() + g * hd);
       }
+      return pos;
     });
     return output_projection(p, o);
   }
@@ -617,15 +759,11 @@ class Prefill {
   // Grouped low-rank output: group g's o_lora rows of wo_a act on its nh/G heads; then wo_b.
   Vec output_projection(const std::string& p, const Vec& o) {
     const int64_t nh = c_.num_attention_heads, hd = c_.head_dim;
-    const Dense wo_a = w_.linear(p + "wo_a");
     const int64_t G = c_.o_groups, per = (nh / G) * hd, R = c_.o_lora_rank;
     Vec mid(static_cast<size_t>(T_ * G * R));
-    for (int64_t t = 0; t < T_; ++t) {
-      for (int64_t g = 0; g < G; ++g) {
-        for (int64_t rr = 0; rr < R; ++rr) {
-          mid[(t * G + g) * R + rr] = static_cast<float>(dot(o.data() + t * nh * hd + g * per, wo_a.row(g * R + rr), per));
-        }
-      }
+    for (int64_t g = 0; g < G; ++g) {
+      matmul_into(pool_, o.data() + g * per, T_, nh * hd, w_.linear_rows(p + "wo_a", g * R, (g + 1) * R),
+                  mid.data() + g * R, G * R);
     }
     return matmul(pool_, mid, T_, w_.linear(p + "wo_b"));
   }
@@ -649,69 +787,67 @@ class Prefill {
       if (opt_.qdq) qdq_pow2(kv.data() + n * hd, hd, 32, true);
     }
     const Vec& ring = rings_[static_cast<size_t>(s)];
-    const Vec sink = w_.vec(p + "attn_sink");
-    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-    Vec o(static_cast<size_t>(T_ * nh * hd));
-    pool_.parallel_for(T_ * nh, 1, [&](int64_t b, int64_t e) {
-      std::vector<const float*> keys;
-      std::vector<double> lg, acc(static_cast<size_t>(hd));
-      for (int64_t task = b; task < e; ++task) {
-        const int64_t n = task / nh, h = task % nh, round = n / B;
-        keys.clear();
-        for (int64_t j = std::max<int64_t>(0, round - W + 1); j <= round && j < ring_len_; ++j) {
-          keys.push_back(ring.data() + j * hd);
-        }
-        for (int64_t k = 0; k < B; ++k) keys.push_back(kv.data() + (round * B + k) * hd);
-        const float* qv = q.data() + (n * nh + h) * hd;
-        lg.resize(keys.size());
-        double mx = sink[h];
-        for (size_t i = 0; i < keys.size(); ++i) {
-          lg[i] = dot(qv, keys[i], hd) * scale;
-          mx = std::max(mx, lg[i]);
-        }
-        double den = std::exp(sink[h] - mx);
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          const double pr = std::exp(lg[i] - mx);
-          den += pr;
-          for (int64_t x = 0; x < hd; ++x) acc[x] += pr * keys[i][x];
-        }
-        float* out = o.data() + (n * nh + h) * hd;
-        for (int64_t x = 0; x < hd; ++x) out[x] = static_cast<float>(acc[x] / den);
-        rope(out, hd, rd, f, n / B + 1 + n % B, -1.0);
+    const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys) {
+      const int64_t round = n / B;
+      for (int64_t j = std::max<int64_t>(0, round - W + 1); j <= round && j < ring_len_; ++j) {
+        keys.push_back(ring.data() + j * hd);
       }
+      for (int64_t k = 0; k < B; ++k) keys.push_back(kv.data() + (round * B + k) * hd);
+      return round + 1 + n % B;  // the query position
     });
     return output_projection(p, o);
   }
 
-  Vec swiglu(const Dense& w1, const Dense& w2, const Dense& w3, const float* x, double weight) const {
+  // y [n, d] of an expert (or the shared one) on rows x [n, d], each row's SwiGLU scaled by its weight.
+  Vec expert(const std::string& x, const Vec& rows, int64_t n, const std::vector<double>& weight) {
+    const Lin &w1 = w_.linear(x + "w1"), &w2 = w_.linear(x + "w2"), &w3 = w_.linear(x + "w3");
     const int64_t I = w1.rows;
-    const double lim = c_.swiglu_limit;
-    Vec h(static_cast<size_t>(I));
-    for (int64_t i = 0; i < I; ++i) {
-      double g = dot(x, w1.row(i), w1.cols), u = dot(x, w3.row(i), w3.cols);
-      if (lim > 0) {
-        u = std::clamp(u, -lim, lim);
-        g = std::min(g, lim);
-      }
-      h[i] = static_cast<float>(weight * (g / (1.0 + std::exp(-g))) * u);
+    if (opt_.double_accumulation) {
+      Vec y(static_cast<size_t>(n * d_));
+      pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        std::vector<double> h(static_cast<size_t>(I));
+        const double lim = c_.swiglu_limit;
+        for (int64_t i = b; i < e; ++i) {
+          const float* xi = rows.data() + i * d_;
+          for (int64_t k = 0; k < I; ++k) {
+            double g = dot(xi, w1.row(k), w1.cols), u = dot(xi, w3.row(k), w3.cols);
+            if (lim > 0) {
+              u = std::clamp(u, -lim, lim);
+              g = std::min(g, lim);
+            }
+            h[k] = static_cast<float>(weight[i] * (g / (1.0 + std::exp(-g))) * u);
+          }
+          for (int64_t r = 0; r < w2.rows; ++r) {
+            double acc = 0;
+            for (int64_t k = 0; k < I; ++k) acc += h[k] * w2.row(r)[k];
+            y[i * d_ + r] = static_cast<float>(acc);
+          }
+        }
+      });
+      return y;
     }
-    Vec y(static_cast<size_t>(w2.rows));
-    for (int64_t r = 0; r < w2.rows; ++r) y[r] = static_cast<float>(dot(h.data(), w2.row(r), I));
-    return y;
+    const Vec g = matmul(pool_, rows, n, w1), u = matmul(pool_, rows, n, w3);
+    Vec h(static_cast<size_t>(n * I));
+    for (int64_t i = 0; i < n; ++i) {
+      kernels::swiglu(g.data() + i * I, u.data() + i * I, I, static_cast<float>(c_.swiglu_limit),
+                      static_cast<float>(weight[i]),
+                      h.data() + i * I);
+    }
+    return matmul(pool_, h, n, w2);
   }
 
   // §2.11 (text only: gate.bias, never bias_vl).
   Vec moe(const std::string& p, const Vec& f, int64_t k) {
-    const Dense gate = w_.linear(p + "gate");
+    const Lin& gate = w_.linear(p + "gate");
     const Vec bias = w_.vec(p + "gate.bias");
     const int64_t E = gate.rows;
+    const Vec logits = opt_.double_accumulation ? Vec() : matmul(pool_, f, T_, gate);
     std::vector<std::vector<int64_t>> sel(static_cast<size_t>(T_));
     std::vector<std::vector<double>> wt(static_cast<size_t>(T_));
     for (int64_t t = 0; t < T_; ++t) {
       std::vector<double> sig(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
       for (int64_t e = 0; e < E; ++e) {
-        const double l = dot(f.data() + t * d_, gate.row(e), d_) / c_.gate_temp;
+        const double l = (logits.empty() ? dot(f.data() + t * d_, gate.row(e), d_) : logits[t * E + e]) / c_.gate_temp;
         sig[e] = std::sqrt(std::max(l, 0.0) + std::log1p(std::exp(-std::fabs(l))));
         biased[e] = sig[e] + bias[e];
       }
@@ -724,62 +860,79 @@ class Prefill {
         wt[t].push_back(w * c_.routed_scaling_factor);
       }
     }
-    Vec y(static_cast<size_t>(T_ * d_), 0.0f);
     std::vector<double> acc(static_cast<size_t>(T_ * d_), 0.0);
     for (int64_t e = 0; e < E; ++e) {
-      std::vector<std::pair<int64_t, double>> rows;
+      std::vector<int64_t> ts;
+      std::vector<double> weight;
       for (int64_t t = 0; t < T_; ++t) {
         for (size_t s = 0; s < sel[t].size(); ++s) {
-          if (sel[t][s] == e) rows.emplace_back(t, wt[t][s]);
+          if (sel[t][s] == e) {
+            ts.push_back(t);
+            weight.push_back(wt[t][s]);
+          }
         }
       }
-      if (rows.empty()) continue;
-      const std::string x = core::str_cat(p, "experts.", e, ".");
-      const Dense w1 = w_.linear(x + "w1"), w2 = w_.linear(x + "w2"), w3 = w_.linear(x + "w3");
-      pool_.parallel_for(static_cast<int64_t>(rows.size()), 1, [&](int64_t b, int64_t en) {
-        for (int64_t i = b; i < en; ++i) {
-          const Vec out = swiglu(w1, w2, w3, f.data() + rows[i].first * d_, rows[i].second);
-          for (int64_t c = 0; c < d_; ++c) acc[rows[i].first * d_ + c] += out[c];  // one row per task: no race
-        }
-      });
+      if (ts.empty()) continue;
+      const int64_t n = static_cast<int64_t>(ts.size());
+      Vec rows(static_cast<size_t>(n * d_));
+      for (int64_t i = 0; i < n; ++i) std::copy_n(f.data() + ts[i] * d_, d_, rows.data() + i * d_);
+      const Vec out = expert(core::str_cat(p, "experts.", e, "."), rows, n, weight);
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t c = 0; c < d_; ++c) acc[ts[i] * d_ + c] += out[i * d_ + c];
+      }
     }
-    const Dense s1 = w_.linear(p + "shared_experts.w1"), s2 = w_.linear(p + "shared_experts.w2"),
-                s3 = w_.linear(p + "shared_experts.w3");
-    pool_.parallel_for(T_, 1, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        const Vec out = swiglu(s1, s2, s3, f.data() + t * d_, 1.0);
-        for (int64_t c = 0; c < d_; ++c) y[t * d_ + c] = static_cast<float>(acc[t * d_ + c] + out[c]);
-      }
-    });
+    const Vec shared = expert(p + "shared_experts.", f, T_, std::vector<double>(static_cast<size_t>(T_), 1.0));
+    Vec y(static_cast<size_t>(T_ * d_));
+    for (int64_t i = 0; i < T_ * d_; ++i) y[i] = static_cast<float>(acc[i] + shared[i]);
     return y;
   }
 
   const ModelConfig& c_;
   Weights w_;
-  std::vector<int32_t> ids_;
-  int64_t T_;
+  const EngramTokenMap* map_;
+  std::vector<int32_t> ids_;  // every position's token
+  int64_t pos0_ = 0;          // the chunk's first position
+  int64_t T_ = 0;             // the chunk's length
+  bool drafted_ = false;      // dspark_draft0 ran (it reuses the chunk buffers: the last call)
   PrefillOptions opt_;
   core::ThreadPool& pool_;
   int64_t hc_, d_;
   Vec X_;                          // [T, hc, d]
-  std::vector<int64_t> cid_;       // compressed ids
+  std::vector<int64_t> cid_;       // compressed ids of every position
+  std::map<int64_t, Vec> windows_;  // per layer the window KV [n, hd] of every position
   std::unique_ptr<EngramHash> hash_;
   std::map<int64_t, KvSource> sources_;
   std::map<int64_t, std::vector<std::vector<int64_t>>> selections_;
   std::vector<std::vector<bool>> cand_;
-  std::vector<Vec> taps_;   // DSpark taps [T, d] per target layer, layer order
+  std::vector<Vec> taps_;   // DSpark taps [n, d] of every position per target layer, layer order
   std::vector<Vec> rings_;  // DSpark stage rings [T, hd]
   int64_t ring_len_ = 0, block_ = 0;
 };
 
 }  // namespace
 
+struct SequenceState {
+  Prefill p;
+};
+
+Sequence::Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options)
+    : state_(std::make_unique<SequenceState>(SequenceState{Prefill(ck, token_map, options)})) {}
+Sequence::~Sequence() = default;
+Sequence::Sequence(Sequence&&) noexcept = default;
+Sequence& Sequence::operator=(Sequence&&) noexcept = default;
+
+std::vector<float> Sequence::forward(const std::vector<int32_t>& ids) { return state_->p.run(ids); }
+int64_t Sequence::length() const { return state_->p.length(); }
+void Sequence::truncate(int64_t len) { state_->p.truncate(len); }
+std::vector<float> Sequence::dspark_draft0() { return state_->p.dspark_draft0(); }
+
 std::vector<float> prefill_logits(const Checkpoint& ck, const EngramTokenMap* token_map,
                                   const std::vector<int32_t>& ids, const PrefillOptions& options,
                                   std::vector<float>* dspark_draft0) {
-  Prefill p(ck, token_map, ids, options);
-  std::vector<float> logits = p.run();
-  if (dspark_draft0) *dspark_draft0 = p.dspark_draft0();
+  DSINFER_CHECK(!ids.empty(), "V4.1 prefill: empty prompt");
+  Sequence seq(ck, token_map, options);
+  std::vector<float> logits = seq.forward(ids);
+  if (dspark_draft0) *dspark_draft0 = seq.dspark_draft0();
   return logits;
 }
 

@@ -1,12 +1,14 @@
-// A one-pass prefill of DeepSeek-V4.1 from position 0 (model-v41.md §2): logits of every position.
-// Straightforward code: weights decoded to fp32 at use (FP8 32x32 blocks, FP4, BF16), fp32
-// activations with double accumulation, one layer over the whole sequence at a time, driven by the
-// config's layer roles. It is the first C++ forward of V4.1, for `dsinfer logits` and the golden test
-// against reference/model_v41.py; it is not the engine's model (no per-sequence state, no batching,
-// no chunked prefill or decode yet) and it is not fast.
+// The forward of DeepSeek-V4.1 (model-v41.md §2): logits of every position fed, in one pass, in chunks
+// or token by token. One layer over the whole chunk at a time, driven by the config's layer roles, fp32
+// activations: the products, sink attention, indexer scores and SwiGLU on the project's kernels
+// (kernels::Linear prepared once per weight: BF16 and FP4 as stored, FP8 32x32 blocks decoded exactly
+// to BF16 since the kernels' FP8 path reads 128x128 blocks), the small glue (norms, mHC, routing) in
+// double. For `dsinfer logits` and the golden tests against reference/model_v41.py; not yet the
+// engine's model (no batching, blocks or snapshots, no ModelRunner adapter).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -18,6 +20,38 @@ namespace dsinfer::model::deepseek_v41 {
 struct PrefillOptions {
   bool qdq = true;                  // the three QDQ steps of §2.10 (window FP8, compressed KV FP4, index FP4)
   core::ThreadPool* pool = nullptr;  // nullptr: ThreadPool::global()
+  // The plain double-accumulation loops instead of the kernels (slow): they follow the float64
+  // reference to ~1e-15 before every rounding to fp32, so the QDQ rounding decisions match it
+  // free-running; with the fp32 kernels a rounding-boundary flip early in the sequence spreads.
+  bool double_accumulation = false;
+};
+
+struct SequenceState;
+
+// One sequence fed in chunks (§2.13): chunked prefill, token-by-token decode (chunks of 1) and
+// rollback, with the state of §3.1 (window KV, the kv sources' compressed KV, index keys and
+// compressor inputs, the Engram history) kept between calls. Every result is that of the one-pass
+// prefill of the whole sequence (prefill semantics, also where the official reference's one-token
+// decode differs, §9.1). The caches keep every position (no ring, no compact storage yet); so do the
+// DSpark taps, for a teacher-forced draft head at the end (no incremental DSpark state yet).
+class Sequence {
+ public:
+  Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options = {});
+  ~Sequence();
+  Sequence(Sequence&&) noexcept;
+  Sequence& operator=(Sequence&&) noexcept;
+
+  // Feeds ids at positions length().. and returns their logits [ids.size(), vocab] row-major.
+  std::vector<float> forward(const std::vector<int32_t>& ids);
+  int64_t length() const;
+  // Rollback: the state as if only the first len positions had been fed.
+  void truncate(int64_t len);
+  // DSpark draft 0 teacher-forced at every position fed so far (as prefill_logits), from the taps
+  // the forwards kept; the sequence's last call.
+  std::vector<float> dspark_draft0();
+
+ private:
+  std::unique_ptr<SequenceState> state_;
 };
 
 // logits [T, vocab] row-major. token_map: required when the config has Engram layers. With

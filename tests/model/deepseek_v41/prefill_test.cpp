@@ -1,6 +1,7 @@
 // Properties of the V4.1 one-pass prefill that hold whatever the weights (its numbers are checked
 // against reference/model_v41.py by the golden tests): causality (a prefix alone gives the prefix's
-// rows, main logits and DSpark draft 0), the QDQ switch acting, a clear error without a token map.
+// rows, main logits and DSpark draft 0), chunks / decode / rollback giving the one-pass rows, the QDQ
+// switch acting, a clear error without a token map.
 #include "model/deepseek_v41/prefill.h"
 
 #include <gtest/gtest.h>
@@ -58,6 +59,55 @@ TEST(PrefillV41, APrefixAloneGivesThePrefixRows) {
   // The prefix's draft rounds 0..21 (anchors up to token 22) use only positions <= 22.
   for (size_t i = 0; i < draft_part.size(); ++i) ASSERT_NEAR(draft_part[i], draft_full[i], 1e-6 * scale) << i;
   for (float x : full) ASSERT_TRUE(std::isfinite(x));
+}
+
+// Chunked prefill, token-by-token decode and rollback continue the state of §3.1; the kernels are
+// batch invariant (a row's result never depends on the other rows of a product), so every chunking
+// gives the one-pass logits bit for bit, QDQ on.
+TEST(PrefillV41, ChunksDecodeAndRollbackGiveTheOnePassRows) {
+  TempDir dir;
+  auto ck = small_checkpoint(dir);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  const std::vector<int32_t> ids = prompt(40);
+  std::vector<float> draft_full;
+  const std::vector<float> full = prefill_logits(*ck, &map, ids, {}, &draft_full);
+  for (const int chunk : {1, 5, 16}) {
+    for (const int rollback : {0, 3}) {
+      Sequence seq(*ck, &map);
+      std::vector<float> got;
+      for (size_t b = 0; b < ids.size(); b += chunk) {
+        const std::vector<int32_t> part(ids.begin() + b, ids.begin() + std::min(ids.size(), b + chunk));
+        const std::vector<float> out = seq.forward(part);
+        got.insert(got.end(), out.begin(), out.end());
+        if (rollback > 0) {
+          const int64_t len = seq.length();
+          seq.forward(std::vector<int32_t>(rollback, static_cast<int32_t>(b % 500 + 7)));
+          seq.truncate(len);
+          ASSERT_EQ(seq.length(), len);
+        }
+      }
+      ASSERT_EQ(got.size(), full.size());
+      for (size_t i = 0; i < full.size(); ++i) {
+        ASSERT_EQ(got[i], full[i]) << "chunk " << chunk << " rollback " << rollback << " element " << i;
+      }
+      const std::vector<float> draft = seq.dspark_draft0();  // from the taps the chunks kept
+      ASSERT_EQ(draft.size(), draft_full.size());
+      for (size_t i = 0; i < draft.size(); ++i) {
+        ASSERT_EQ(draft[i], draft_full[i]) << "draft 0, chunk " << chunk << " rollback " << rollback << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(PrefillV41, DsparkDraftIsTheLastCall) {
+  TempDir dir;
+  auto ck = small_checkpoint(dir);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  Sequence seq(*ck, &map);
+  seq.forward(prompt(6));
+  seq.dspark_draft0();
+  const std::string msg = testing::error_of([&] { seq.forward(prompt(3)); });
+  EXPECT_NE(msg.find("after the DSpark draft head"), std::string::npos) << msg;
 }
 
 TEST(PrefillV41, QdqSwitchActs) {

@@ -137,6 +137,52 @@ class SchemaCompiler {
 
   std::string run() { return rule_for(root_, ""); }
 
+  // The root object's members one by one (json_object_members).
+  JsonObjectMembers members() {
+    if (!root_.is_object()) fail("", "tool parameters must be a JSON object schema");
+    for (const auto& [key, value] : root_.items()) {
+      if (kAnnotations.count(key) || key == "properties" || key == "required" || key == "additionalProperties") continue;
+      if (key == "type" && value == "object") continue;
+      if (key == "type") fail("", "tool parameters must be of type object");
+      fail("", "'" + key + "' at the top level of tool parameters is not supported (only properties, required, "
+               "additionalProperties, $defs)");
+    }
+    const Json empty_props = Json::object();
+    const Json& props = root_.contains("properties") ? root_["properties"] : empty_props;
+    if (!props.is_object()) fail("", "'properties' must be an object");
+    std::set<std::string> required;
+    if (root_.contains("required")) {
+      const Json& r = root_["required"];
+      if (!r.is_array()) fail("", "'required' must be an array");
+      for (const Json& x : r) {
+        if (!x.is_string()) fail("", "'required' must list strings");
+        required.insert(x.get<std::string>());
+      }
+    }
+    JsonObjectMembers out;
+    // The same policy as compile_object: required keys that are not listed take the extra values' rule,
+    // and listed properties leave no room for other keys.
+    std::string extra;
+    if (root_.contains("additionalProperties")) {
+      const Json& a = root_["additionalProperties"];
+      if (!(a.is_boolean() && !a.get<bool>())) extra = rule_for(a, "/additionalProperties");
+    } else if (props.empty()) {
+      extra = base("value");
+    }
+    for (const auto& [key, value] : props.items()) {
+      const std::string ptr = "/properties/" + escape_pointer_token(key);
+      out.members.push_back({key, rule_for(value, ptr), required.count(key) != 0, is_plain_string(value)});
+    }
+    for (const std::string& key : required) {
+      if (props.contains(key)) continue;
+      if (extra.empty()) fail("", "required property '" + key + "' is not allowed by the schema's properties");
+      const Json& a = root_.contains("additionalProperties") ? root_["additionalProperties"] : Json(true);
+      out.members.push_back({key, extra, true, is_plain_string(a)});
+    }
+    if (out.members.empty()) out.extra = extra;
+    return out;
+  }
+
   // The shared rules of unconstrained JSON.
   std::string base(const std::string& what) {
     std::string name = prefix_ + what;
@@ -195,6 +241,15 @@ class SchemaCompiler {
     ByteSet s;
     for (char c : std::string(" \t\n\r")) s.add(static_cast<uint8_t>(c));
     return repeat(bytes(s), 0, kMaxWhitespace);
+  }
+
+  // {"type": "string"} with nothing that constrains the text: any string, so also any raw text.
+  static bool is_plain_string(const Json& node) {
+    if (!node.is_object() || !node.contains("type") || node["type"] != "string") return false;
+    for (const auto& [key, value] : node.items()) {
+      if (key != "type" && !kAnnotations.count(key)) return false;
+    }
+    return true;
   }
 
   static std::string escape_pointer_token(const std::string& key) {
@@ -625,6 +680,11 @@ class SchemaCompiler {
 std::string add_json_schema_rules(const Json& schema, GrammarBuilder& builder, const std::string& prefix,
                                   const JsonSchemaOptions& options) {
   return SchemaCompiler(schema, builder, prefix, options).run();
+}
+
+JsonObjectMembers json_object_members(const Json& schema, GrammarBuilder& builder, const std::string& prefix,
+                                      const JsonSchemaOptions& options) {
+  return SchemaCompiler(schema, builder, prefix, options).members();
 }
 
 Grammar json_schema_grammar(const Json& schema, const JsonSchemaOptions& options) {

@@ -16,6 +16,9 @@ struct JsonSchemaOptions {
   // false: compact JSON (no whitespace between tokens), as the major engines default to; true: any JSON
   // whitespace between tokens (at most kMaxWhitespace characters each, so a model cannot loop on spaces).
   bool any_whitespace = false;
+  // '<' in strings only as \u003c: JSON inside a DSML parameter, where a raw "</｜DSML｜" would end the
+  // value for the recipe's parser.
+  bool escape_lt = false;
 };
 inline constexpr int32_t kMaxWhitespace = 20;
 
@@ -42,6 +45,9 @@ struct JsonObjectMembers {
     std::string rule;
     bool required;
     bool plain_string;  // {"type": "string"} and annotations only: any text is a valid value
+    // Otherwise the rule of the strings the schema accepts as raw text (unquoted; enum and const
+    // strings, patterns, formats, lengths; never a '<'), empty when there is none.
+    std::string raw_rule;
   };
   std::vector<Member> members;
   std::string extra;

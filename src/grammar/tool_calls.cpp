@@ -66,6 +66,7 @@ class ToolGrammar {
   explicit ToolGrammar(const ToolCallGrammarOptions& o) : o_(o), dsml_(kDsmlMarker) {
     // JSON values in parameters accept the template's Python-style ", " and ": " spacing.
     json_.any_whitespace = true;
+    json_.escape_lt = true;
     b_.define("raw", text_without({utf32(std::string("/") + kDsmlMarker)}));
   }
 
@@ -96,11 +97,12 @@ class ToolGrammar {
 
  private:
   // <｜DSML｜ parameter name="key" string="...">value</｜DSML｜ parameter>
-  Expr param(Expr name, const std::string& value_rule, bool raw_allowed) {
+  // raw_rule: the rule of the value as raw text (string="true"), empty for none.
+  Expr param(Expr name, const std::string& value_rule, const std::string& raw_rule) {
     const std::string open = "<" + dsml_ + o_.tags.parameter + " name=\"";
     const std::string close = "</" + dsml_ + o_.tags.parameter + ">";
     std::vector<Expr> values{seq({literal("false\">"), ref(value_rule)})};
-    if (raw_allowed) values.push_back(seq({literal("true\">"), ref("raw")}));
+    if (!raw_rule.empty()) values.push_back(seq({literal("true\">"), ref(raw_rule)}));
     return seq({literal(open), std::move(name), literal("\" string=\""), alt(std::move(values)), literal(close)});
   }
 
@@ -111,7 +113,7 @@ class ToolGrammar {
     const std::string tail = "\n</" + dsml_ + o_.tags.invoke + ">";
     Expr params;
     if (!tool.strict) {
-      params = free_params(base_value(), true);
+      params = free_params(base_value(), "raw");
     } else {
       JsonObjectMembers m;
       try {
@@ -122,7 +124,7 @@ class ToolGrammar {
       if (!m.members.empty()) {
         params = members(m, prefix, tool.name);
       } else if (!m.extra.empty()) {
-        params = free_params(m.extra, tool.parameters.contains("additionalProperties") ? false : true);
+        params = free_params(m.extra, tool.parameters.contains("additionalProperties") ? "" : "raw");
       }
     }
     const std::string name = prefix + "call";
@@ -136,11 +138,11 @@ class ToolGrammar {
   }
 
   // Any number of parameters with names of [A-Za-z0-9_-] and values of `value_rule`.
-  Expr free_params(const std::string& value_rule, bool raw_allowed) {
+  Expr free_params(const std::string& value_rule, const std::string& raw_rule) {
     ByteSet name_bytes;
     name_bytes.add_range('a', 'z'), name_bytes.add_range('A', 'Z'), name_bytes.add_range('0', '9');
     name_bytes.add('_'), name_bytes.add('-');
-    Expr one = param(plus(bytes(name_bytes)), value_rule, raw_allowed);
+    Expr one = param(plus(bytes(name_bytes)), value_rule, raw_rule);
     return opt(seq({one, star(seq({literal("\n"), one}))}));
   }
 
@@ -159,7 +161,7 @@ class ToolGrammar {
       if (!name.empty()) return ref(name);
       name = prefix + "@" + std::to_string(i) + (first ? "f" : "n");
       const auto& member = m.members[i];
-      Expr take = seq({first ? empty() : literal("\n"), param(literal(member.key), member.rule, member.plain_string),
+      Expr take = seq({first ? empty() : literal("\n"), param(literal(member.key), member.rule, member.plain_string ? "raw" : member.raw_rule),
                        from(i + 1, false)});
       Expr e = member.required ? std::move(take) : alt({std::move(take), from(i + 1, first)});
       b_.define(name, std::move(e));

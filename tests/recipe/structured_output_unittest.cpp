@@ -102,8 +102,13 @@ TEST(StructuredOutputRequest, StrictToolsOnEveryProtocol) {
   Json m = strict_spec(Protocol::kMessages, R"g({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],
     "tools":[{"name":"f","strict":true,"input_schema":{"type":"object"}}],
     "tool_choice":{"type":"any","disable_parallel_tool_use":true}})g");
-  EXPECT_EQ(m["inside_block"], true);
+  EXPECT_EQ(m["inside_block"], false);  // Messages' any is auto in the recipe: the prompt opens no block
   EXPECT_EQ(m["single_call"], true);
+  Json named = strict_spec(Protocol::kMessages, R"g({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],
+    "thinking":{"type":"disabled"},"tools":[{"name":"f","strict":true,"input_schema":{"type":"object"}}],
+    "tool_choice":{"type":"tool","name":"f"}})g");
+  EXPECT_EQ(named["inside_block"], true);
+  EXPECT_EQ(named["thinking"], false);
   EXPECT_TRUE(strict_spec(Protocol::kMessages, R"g({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],
     "tools":[{"name":"f","input_schema":{"type":"object"}}]})g").is_null());
 }

@@ -7,11 +7,12 @@
 // lengths, integer ranges, item counts) so that random sampling finishes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { openaiServerForFile, MODEL, npm } from './harness.mjs';
+import { openaiServerForFile, startServer, metrics, MODEL, npm } from './harness.mjs';
 
 const Ajv2020 = npm('ajv/dist/2020');
 const addFormats = npm('ajv-formats');
 const Anthropic = npm('@anthropic-ai/sdk');
+const OpenAI = npm('openai');
 
 const file = openaiServerForFile([], { timeout: 300000 });
 
@@ -137,4 +138,27 @@ test('Anthropic Messages tools with strict: true give valid tool_use input', asy
     for (const u of uses) assert.ok(validators.book(u.input), `${JSON.stringify(u.input)}\n${ajv.errorsText(validators.book.errors)}`);
   }
   assert.ok(finished >= 2, `only ${finished} of 4 outputs finished`);
+});
+
+test('under speculation tool calls still validate', async () => {
+  // MTP drafts are checked against the grammar; refused ones are rolled back in the matcher. Six at once.
+  const spec = await startServer(['--speculation', '--draft-tokens', '3']);
+  try {
+    const c = new OpenAI({ baseURL: `${spec.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
+    const jobs = [];
+    for (let seed = 51; seed <= 56; ++seed) jobs.push(c.chat.completions.create(request(seed)).then((r) => ({ seed, r })));
+    let finished = 0;
+    for (const { seed, r } of await Promise.all(jobs)) {
+      const choice = r.choices[0];
+      if (choice.finish_reason !== 'tool_calls') continue;
+      ++finished;
+      for (const call of choice.message.tool_calls) checkCall(call.function.name, call.function.arguments, `spec seed ${seed}`);
+    }
+    assert.ok(finished >= 3, `only ${finished} of 6 outputs finished`);
+    const m = await metrics(spec);
+    assert.ok(m.get('dsinfer_engine_draft_tokens_total') > 0, 'drafts were proposed');
+  } finally {
+    const { code } = await spec.stop();
+    assert.equal(code, 0, `server exit code\n${spec.stderr()}`);
+  }
 });

@@ -7,23 +7,18 @@
 #include "core/error.h"
 #include "grammar/json_schema.h"
 #include "grammar/utf8_ranges.h"
+#include "tokenizer/utf8.h"
 
 namespace dsinfer::grammar {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::u32string utf32(std::string_view ascii_or_marker) {
-  // Only the marker's U+FF5C is non-ASCII here.
+// The code points of valid UTF-8 (the markers below).
+std::u32string utf32(std::string_view text) {
   std::u32string out;
-  const std::string marker = kDsmlMarker;
-  for (size_t i = 0; i < ascii_or_marker.size();) {
-    if (ascii_or_marker.substr(i, 3) == marker.substr(0, 3)) {
-      out += U'\uFF5C';
-      i += 3;
-    } else {
-      out += static_cast<char32_t>(static_cast<unsigned char>(ascii_or_marker[i++]));
-    }
+  for (size_t i = 0, len = 0; i < text.size(); i += len) {
+    out += tokenizer::utf8::decode(reinterpret_cast<const unsigned char*>(text.data()) + i, len);
   }
   return out;
 }

@@ -1,5 +1,7 @@
 // Structured output costs on the V4 tokenizer: grammar compile time per schema (JSON Schema -> grammar,
-// no cache) and token-mask time per decoding step (median, p99) along a valid instance of each schema.
+// no cache) and token-mask time per decoding step (median, p99) along a valid instance of each schema;
+// the same for strict tool calls (the DSML tool-call grammar of two tools, tool_choice auto, over the
+// vocabulary that keeps the DSML marker) along a V4 tool-call block.
 // Usage: bench_grammar [path to the npm V3 base tokenizer.json] (default: the one scripts/setup.sh installs)
 #include <algorithm>
 #include <chrono>
@@ -11,6 +13,7 @@
 
 #include "grammar/json_schema.h"
 #include "grammar/token_matcher.h"
+#include "grammar/tool_calls.h"
 #include "tokenizer/deepseek_v4.h"
 #include "tokenizer/tokenizer.h"
 
@@ -86,6 +89,50 @@ int main(int argc, char** argv) {
     std::printf("%-12s compile median %.3f ms | mask per token over %zu steps: median %.2f ms, p99 %.2f ms, max %.2f ms\n",
                 c.name, percentile(compile_ms, 0.5), mask_ms.size(), percentile(mask_ms, 0.5), percentile(mask_ms, 0.99),
                 percentile(mask_ms, 1.0));
+  }
+  // Strict tools: text, then a block of two calls.
+  {
+    const std::vector<grammar::ToolSpec> tools = {
+        {"get_weather", Json::parse(R"g({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer","minimum":1,"maximum":14},"unit":{"enum":["C","F"]}},"required":["city"]})g")},
+        {"create_event", Json::parse(R"g({"type":"object","properties":{"title":{"type":"string"},"when":{"type":"string","format":"date-time"},"attendees":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"email":{"type":"string","format":"email"}},"required":["name"]}}},"required":["title","when"]})g")}};
+    grammar::ToolCallGrammarOptions o;
+    o.tags = {"tool_calls", "invoke", "parameter"};
+    std::vector<double> compile_ms;
+    grammar::Grammar g;
+    for (int rep = 0; rep < 20; ++rep) {
+      auto t = Clock::now();
+      g = grammar::tool_call_grammar(tools, o);
+      compile_ms.push_back(ms_since(t));
+    }
+    t0 = Clock::now();
+    auto tool_vocab = grammar::Vocabulary::from_tokenizer(tok, {1}, {grammar::kDsmlMarker, grammar::kThinkEndText});
+    const double vocab_ms = ms_since(t0);
+    const std::string d = grammar::kDsmlMarker;
+    const std::string p = "<" + d + "parameter name=\"", pe = "</" + d + "parameter>";
+    const std::string text = "Let me look that up.\n\n<" + d + "tool_calls>\n<" + d + "invoke name=\"get_weather\">\n" + p +
+                             "city\" string=\"true\">Paris" + pe + "\n" + p + "days\" string=\"false\">3" + pe + "\n</" + d +
+                             "invoke>\n<" + d + "invoke name=\"create_event\">\n" + p + "title\" string=\"true\">Lunch with Ada" + pe +
+                             "\n" + p + "when\" string=\"true\">2026-12-01T12:30:00Z" + pe + "\n" + p +
+                             "attendees\" string=\"false\">[{\"name\": \"Ada\", \"email\": \"ada@example.org\"}]" + pe + "\n</" + d +
+                             "invoke>\n</" + d + "tool_calls>";
+    std::vector<tokenizer::SpecialRange> specials;
+    for (size_t at = text.find(d); at != std::string::npos; at = text.find(d, at + 1)) specials.push_back({at, at + d.size()});
+    grammar::TokenMatcher m(std::make_shared<const grammar::Grammar>(std::move(g)), tool_vocab);
+    grammar::TokenMask mask((tool_vocab->size() + 31) / 32);
+    std::vector<double> mask_ms;
+    for (int32_t id : tok.encode_with_specials(text, specials)) {
+      auto t = Clock::now();
+      m.fill_mask(mask);
+      mask_ms.push_back(ms_since(t));
+      if (!m.accept_token(id)) {
+        std::fprintf(stderr, "strict_tools: block rejected\n");
+        return 1;
+      }
+    }
+    std::printf("%-12s compile median %.3f ms | mask per token over %zu steps: median %.2f ms, p99 %.2f ms, max %.2f ms"
+                " (vocabulary with the DSML marker built in %.1f ms)\n",
+                "strict_tools", percentile(compile_ms, 0.5), mask_ms.size(), percentile(mask_ms, 0.5),
+                percentile(mask_ms, 0.99), percentile(mask_ms, 1.0), vocab_ms);
   }
   return 0;
 }

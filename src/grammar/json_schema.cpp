@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -65,10 +66,13 @@ std::string json_escape_char(uint32_t c) {
   }
 }
 
-// Characters of a JSON string body from a class: the ones JSON must escape become their escapes.
-Expr json_string_class(std::vector<CodeRange> ranges, bool negated) {
+// Characters of a JSON string body from a class: the ones JSON must escape become their escapes (and
+// '<' too with escape_lt).
+Expr json_string_class(std::vector<CodeRange> ranges, bool negated, bool escape_lt) {
   std::vector<CodeRange> set = normalize_code_ranges(std::move(ranges), negated);
-  const std::vector<CodeRange> plain_all = normalize_code_ranges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
+  std::vector<CodeRange> escaped{{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+  if (escape_lt) escaped.push_back({'<', '<'});
+  const std::vector<CodeRange> plain_all = normalize_code_ranges(escaped, true);
   std::vector<CodeRange> plain;
   std::vector<Expr> alts;
   for (const CodeRange& r : set) {
@@ -79,6 +83,7 @@ Expr json_string_class(std::vector<CodeRange> ranges, bool negated) {
     for (uint32_t c : {0x22u, 0x5Cu}) {
       if (r.lo <= c && c <= r.hi) alts.push_back(literal(json_escape_char(c)));
     }
+    if (escape_lt && r.lo <= '<' && '<' <= r.hi) alts.push_back(literal("\\u003c"));
     for (uint32_t c = r.lo; c <= std::min<uint32_t>(r.hi, 0x1F); ++c) alts.push_back(literal(json_escape_char(c)));
   }
   if (!plain.empty()) alts.insert(alts.begin(), char_class(std::move(plain)));
@@ -137,6 +142,53 @@ class SchemaCompiler {
 
   std::string run() { return rule_for(root_, ""); }
 
+  // The root object's members one by one (json_object_members).
+  JsonObjectMembers members() {
+    if (!root_.is_object()) fail("", "tool parameters must be a JSON object schema");
+    for (const auto& [key, value] : root_.items()) {
+      if (kAnnotations.count(key) || key == "properties" || key == "required" || key == "additionalProperties") continue;
+      if (key == "type" && value == "object") continue;
+      if (key == "type") fail("", "tool parameters must be of type object");
+      fail("", "'" + key + "' at the top level of tool parameters is not supported (only properties, required, "
+               "additionalProperties, $defs)");
+    }
+    const Json empty_props = Json::object();
+    const Json& props = root_.contains("properties") ? root_["properties"] : empty_props;
+    if (!props.is_object()) fail("", "'properties' must be an object");
+    std::set<std::string> required;
+    if (root_.contains("required")) {
+      const Json& r = root_["required"];
+      if (!r.is_array()) fail("", "'required' must be an array");
+      for (const Json& x : r) {
+        if (!x.is_string()) fail("", "'required' must list strings");
+        required.insert(x.get<std::string>());
+      }
+    }
+    JsonObjectMembers out;
+    // The same policy as compile_object: required keys that are not listed take the extra values' rule,
+    // and listed properties leave no room for other keys.
+    std::string extra;
+    if (root_.contains("additionalProperties")) {
+      const Json& a = root_["additionalProperties"];
+      if (!(a.is_boolean() && !a.get<bool>())) extra = rule_for(a, "/additionalProperties");
+    } else if (props.empty()) {
+      extra = base("value");
+    }
+    for (const auto& [key, value] : props.items()) {
+      const std::string ptr = "/properties/" + escape_pointer_token(key);
+      out.members.push_back({key, rule_for(value, ptr), required.count(key) != 0, is_plain_string(value),
+                             raw_rule(value, ptr)});
+    }
+    for (const std::string& key : required) {
+      if (props.contains(key)) continue;
+      if (extra.empty()) fail("", "required property '" + key + "' is not allowed by the schema's properties");
+      const Json& a = root_.contains("additionalProperties") ? root_["additionalProperties"] : Json(true);
+      out.members.push_back({key, extra, true, is_plain_string(a), raw_rule(a, "/additionalProperties")});
+    }
+    if (out.members.empty()) out.extra = extra;
+    return out;
+  }
+
   // The shared rules of unconstrained JSON.
   std::string base(const std::string& what) {
     std::string name = prefix_ + what;
@@ -169,7 +221,7 @@ class SchemaCompiler {
       dd.add('d'), dd.add('D');
       Expr u = seq({literal("u"), alt({seq({bytes(not_d), repeat(bytes(hex), 3, 3)}),
                                        seq({bytes(dd), bytes(low8), repeat(bytes(hex), 2, 2)})})});
-      e = alt({json_string_class({}, true), seq({literal("\\"), alt({bytes(simple), u})})});
+      e = alt({json_string_class({}, true, o_.escape_lt), seq({literal("\\"), alt({bytes(simple), u})})});
     } else if (what == "integer") {
       e = seq({opt(literal("-")), alt({literal("0"), seq({bytes(nz), star(bytes(d))})})});
     } else if (what == "number") {
@@ -195,6 +247,117 @@ class SchemaCompiler {
     ByteSet s;
     for (char c : std::string(" \t\n\r")) s.add(static_cast<uint8_t>(c));
     return repeat(bytes(s), 0, kMaxWhitespace);
+  }
+
+  // The strings `node` accepts, as raw text (unquoted, unescaped: a DSML string="true" value), as a rule
+  // name; empty when it accepts no string or only ones a raw rule cannot say (then the value is JSON).
+  // Plain {"type": "string"} is the caller's (is_plain_string). Raw text never holds '<' here.
+  std::string raw_rule(const Json& node, const std::string& ptr, int depth = 0) {
+    if (depth > 16 || !node.is_object() || is_plain_string(node)) return {};
+    std::string name = prefix_ + "raw#" + ptr;
+    if (raw_named_.count(name)) return raw_named_[name];
+    raw_named_[name] = "";  // a $ref cycle finds no raw form
+    std::vector<Expr> alts;
+    const CodeRange lt{'<', '<'};
+    auto raw_literal = [&](const Json& v) {
+      if (v.is_string() && v.get<std::string>().find('<') == std::string::npos) alts.push_back(literal(v.get<std::string>()));
+    };
+    auto only = [&](std::initializer_list<const char*> keys) {
+      for (const auto& [key, value] : node.items()) {
+        if (kAnnotations.count(key)) continue;
+        bool listed = false;
+        for (const char* k : keys) listed = listed || key == k;
+        if (!listed) return false;
+      }
+      return true;
+    };
+    if (node.contains("$ref") && node["$ref"].is_string() && only({"$ref"})) {
+      const std::string target = node["$ref"].get<std::string>();
+      if (!target.empty() && target[0] == '#') {
+        try {
+          const std::string r = raw_rule(root_.at(Json::json_pointer(target.substr(1))), target.substr(1), depth + 1);
+          if (!r.empty()) alts.push_back(ref(r));
+        } catch (const std::exception&) {  // the JSON rule reports the bad $ref
+        }
+      }
+    } else if (node.contains("const") && only({"const", "type"})) {
+      raw_literal(node["const"]);
+    } else if (node.contains("enum") && node["enum"].is_array() && only({"enum", "type"})) {
+      for (const Json& v : node["enum"]) raw_literal(v);
+    } else if ((node.contains("anyOf") && only({"anyOf"})) || (node.contains("oneOf") && only({"oneOf"}))) {
+      const char* k = node.contains("anyOf") ? "anyOf" : "oneOf";
+      if (node[k].is_array()) {
+        for (size_t i = 0; i < node[k].size(); ++i) {
+          const Json& branch = node[k][i];
+          const std::string bptr = ptr + "/" + k + "/" + std::to_string(i);
+          if (is_plain_string(branch)) {
+            alts.push_back(star(char_class({lt}, true)));
+          } else if (std::string r = raw_rule(branch, bptr, depth + 1); !r.empty()) {
+            alts.push_back(ref(r));
+          }
+        }
+      }
+    } else if (accepts_string_type(node) &&
+               only({"type", "pattern", "format", "minLength", "maxLength", "nullable"})) {
+      if (node.contains("pattern") || node.contains("format")) {
+        std::string source;
+        if (node.contains("pattern") && node["pattern"].is_string()) source = node["pattern"].get<std::string>();
+        if (node.contains("format") && node["format"].is_string()) {
+          const char* re = format_regex(node["format"].get<std::string>());
+          source = re != nullptr && !node.contains("pattern") ? re : "";
+        }
+        if (!source.empty() && !(node.contains("minLength") || node.contains("maxLength"))) {
+          try {
+            alts.push_back(compile_regex(source, [lt](std::vector<CodeRange> ranges, bool negated) {
+              // The class without '<'.
+              std::vector<CodeRange> set = normalize_code_ranges(std::move(ranges), negated), cut;
+              for (const CodeRange& r : set) {
+                if (r.lo <= '<' && '<' <= r.hi) {
+                  if (r.lo < '<') cut.push_back({r.lo, '<' - 1});
+                  if ('<' < r.hi) cut.push_back({'<' + 1, r.hi});
+                } else {
+                  cut.push_back(r);
+                }
+              }
+              if (cut.empty()) core::fail("no raw form");  // only '<': this pattern stays JSON
+              return char_class(std::move(cut));
+            }));
+          } catch (const core::Error&) {  // the JSON rule reports it
+          }
+        }
+      } else {
+        const int64_t min = node.contains("minLength") && node["minLength"].is_number_unsigned() ? node["minLength"].get<int64_t>() : 0;
+        const int64_t max = node.contains("maxLength") && node["maxLength"].is_number_unsigned() ? node["maxLength"].get<int64_t>() : -1;
+        if (min <= kMaxCount && max <= kMaxCount && (max < 0 || min <= max)) {
+          alts.push_back(repeat(char_class({lt}, true), static_cast<int32_t>(min),
+                                max < 0 ? kUnbounded : static_cast<int32_t>(max)));
+        }
+      }
+    }
+    if (alts.empty()) return {};
+    b_.define(name, alt(std::move(alts)));
+    named_.insert(name);
+    return raw_named_[name] = name;
+  }
+
+  static bool accepts_string_type(const Json& node) {
+    if (!node.contains("type")) return false;
+    const Json& t = node["type"];
+    if (t == "string") return true;
+    if (!t.is_array()) return false;
+    for (const Json& x : t) {
+      if (x == "string") return true;
+    }
+    return false;
+  }
+
+  // {"type": "string"} with nothing that constrains the text: any string, so also any raw text.
+  static bool is_plain_string(const Json& node) {
+    if (!node.is_object() || !node.contains("type") || node["type"] != "string") return false;
+    for (const auto& [key, value] : node.items()) {
+      if (key != "type" && !kAnnotations.count(key)) return false;
+    }
+    return true;
   }
 
   static std::string escape_pointer_token(const std::string& key) {
@@ -447,7 +610,10 @@ class SchemaCompiler {
         source = re;
       }
       try {
-        return quoted(compile_regex(source, json_string_class));
+        const bool escape_lt = o_.escape_lt;
+        return quoted(compile_regex(source, [escape_lt](std::vector<CodeRange> ranges, bool negated) {
+          return json_string_class(std::move(ranges), negated, escape_lt);
+        }));
       } catch (const core::Error& e) {
         fail(ptr, std::string("pattern: ") + e.what());
       }
@@ -617,6 +783,7 @@ class SchemaCompiler {
   std::string prefix_;
   JsonSchemaOptions o_;
   std::set<std::string> named_;
+  std::map<std::string, std::string> raw_named_;
   int depth_ = 0;
 };
 
@@ -625,6 +792,11 @@ class SchemaCompiler {
 std::string add_json_schema_rules(const Json& schema, GrammarBuilder& builder, const std::string& prefix,
                                   const JsonSchemaOptions& options) {
   return SchemaCompiler(schema, builder, prefix, options).run();
+}
+
+JsonObjectMembers json_object_members(const Json& schema, GrammarBuilder& builder, const std::string& prefix,
+                                      const JsonSchemaOptions& options) {
+  return SchemaCompiler(schema, builder, prefix, options).members();
 }
 
 Grammar json_schema_grammar(const Json& schema, const JsonSchemaOptions& options) {

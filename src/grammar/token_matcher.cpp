@@ -53,13 +53,20 @@ Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes, std::vector<
 }
 
 std::shared_ptr<const Vocabulary> Vocabulary::from_tokenizer(const tokenizer::Tokenizer& tok,
-                                                             std::vector<int32_t> eos_ids) {
+                                                             std::vector<int32_t> eos_ids,
+                                                             const std::vector<std::string>& kept_added) {
   std::vector<std::string> bytes(static_cast<size_t>(tok.vocab_size()));
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
     if (tok.is_known(id)) bytes[id] = std::string(tok.token_bytes(id));
   }
   std::vector<int32_t> excluded;
-  for (const auto& t : tok.added_tokens()) excluded.push_back(t.id);
+  for (const auto& t : tok.added_tokens()) {
+    if (std::find(kept_added.begin(), kept_added.end(), t.content) == kept_added.end()) {
+      excluded.push_back(t.id);
+    } else if (t.id >= 0 && t.id < tok.vocab_size()) {
+      bytes[t.id] = t.content;
+    }
+  }
   return std::make_shared<const Vocabulary>(bytes, std::move(eos_ids), excluded);
 }
 

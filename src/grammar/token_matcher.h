@@ -27,9 +27,12 @@ class Vocabulary {
   // a grammar never produces) and ids with no bytes are left out of the trie.
   Vocabulary(const std::vector<std::string>& token_bytes, std::vector<int32_t> eos_ids,
              const std::vector<int32_t>& excluded = {});
-  // Every known id's bytes; added tokens are excluded (the constraint emits text, never markers).
+  // Every known id's bytes; added tokens are excluded (the constraint emits text, never markers) but
+  // for those whose content is in `kept_added` (spelled by their content: the DSML marker and </think>
+  // of a tool-call grammar, which the recipe's parser reads as text).
   static std::shared_ptr<const Vocabulary> from_tokenizer(const tokenizer::Tokenizer& tok,
-                                                          std::vector<int32_t> eos_ids);
+                                                          std::vector<int32_t> eos_ids,
+                                                          const std::vector<std::string>& kept_added = {});
 
   int32_t size() const { return size_; }
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }

@@ -291,6 +291,7 @@ ConvertedRequest convert_messages(const Json& body, const ConversionOptions& opt
       def.name = name;
       def.description = opt_string(tool, "description", tpath);
       def.parameters = *schema;
+      def.strict = opt_bool(tool, "strict", tpath);  // dsinfer: constrains the call's input (server README)
       definitions.push_back(std::move(def));
     }
   }

@@ -67,4 +67,31 @@ OutputConstraintRequest read_output_constraint(Protocol protocol, const Json& bo
   return out;
 }
 
+void read_strict_tools(OutputConstraintRequest& out, const Json& body, const ConversationRequest& request,
+                       PromptVersion version) {
+  const Conversation& c = request.conversation;
+  if (c.tools.empty() || c.tool_choice == ToolChoice::kNone) return;
+  bool any_strict = false;
+  for (const ToolDefinition& t : c.tools) any_strict = any_strict || t.strict.value_or(false);
+  if (!any_strict) return;
+  Json spec = Json::object();
+  // The tag names after the DSML marker, as prompt_render writes them.
+  spec["tags"] = version == PromptVersion::kV4 ? Json::array({"tool_calls", "invoke", "parameter"})
+                                               : Json::array({" calls", " invoke", " parameter"});
+  const ParsingOptions& p = request.parsing_options;
+  spec["inside_block"] = p.tool_call_initial_stage;
+  spec["thinking"] = p.reasoning_initial_stage.has_value() && *p.reasoning_initial_stage != ReasoningStage::kContent;
+  bool single = request.inference_options.disable_parallel_tool_use.value_or(false);
+  if (const Json* parallel = field(body, "parallel_tool_calls"); parallel != nullptr && parallel->is_boolean()) {
+    single = single || !parallel->get<bool>();
+  }
+  spec["single_call"] = single;
+  Json tools = Json::array();
+  for (const ToolDefinition& t : c.tools) {
+    tools.push_back(Json{{"name", t.name}, {"strict", t.strict.value_or(false)}, {"parameters", t.parameters}});
+  }
+  spec["tools"] = std::move(tools);
+  set_once(out, OutputConstraintRequest::Kind::kToolCalls, to_compact_json(spec), "strict tools");
+}
+
 }  // namespace dsinfer::recipe

@@ -6,6 +6,7 @@
 #include "grammar/ebnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
+#include "grammar/tool_calls.h"
 #include "recipe/prompt.h"
 
 namespace dsinfer::server {
@@ -20,6 +21,32 @@ std::shared_ptr<const grammar::Vocabulary> StructuredOutput::vocabulary() {
   std::call_once(vocab_once_, [&] { vocab_ = grammar::Vocabulary::from_tokenizer(tokenizer_, {eos_}); });
   return vocab_;
 }
+
+std::shared_ptr<const grammar::Vocabulary> StructuredOutput::tool_vocabulary() {
+  std::call_once(tool_vocab_once_, [&] {
+    tool_vocab_ = grammar::Vocabulary::from_tokenizer(tokenizer_, {eos_}, {grammar::kDsmlMarker, grammar::kThinkEndText});
+  });
+  return tool_vocab_;
+}
+
+namespace {
+
+grammar::Grammar compile_tool_calls(const std::string& source) {
+  const auto spec = nlohmann::ordered_json::parse(source);
+  grammar::ToolCallGrammarOptions o;
+  const auto& tags = spec.at("tags");
+  o.tags = {tags.at(0).get<std::string>(), tags.at(1).get<std::string>(), tags.at(2).get<std::string>()};
+  o.inside_block = spec.at("inside_block").get<bool>();
+  o.thinking = spec.at("thinking").get<bool>();
+  o.single_call = spec.at("single_call").get<bool>();
+  std::vector<grammar::ToolSpec> tools;
+  for (const auto& t : spec.at("tools")) {
+    tools.push_back({t.at("name").get<std::string>(), t.at("parameters"), t.at("strict").get<bool>()});
+  }
+  return grammar::tool_call_grammar(tools, o);
+}
+
+}  // namespace
 
 std::shared_ptr<engine::TokenConstraint> StructuredOutput::constraint_for(
     const recipe::OutputConstraintRequest& request, bool thinking) {
@@ -41,6 +68,9 @@ std::shared_ptr<engine::TokenConstraint> StructuredOutput::constraint_for(
     case Kind::kEbnf:
       g = cache_.get("ebnf:" + request.source, [&] { return grammar::compile_ebnf(request.source); });
       break;
+    case Kind::kToolCalls:  // the grammar starts where the output starts, reasoning included
+      g = cache_.get("tool_calls:" + request.source, [&] { return compile_tool_calls(request.source); });
+      return std::make_shared<GrammarConstraint>(std::move(g), tool_vocabulary());
   }
   return std::make_shared<GrammarConstraint>(std::move(g), vocabulary(), thinking ? think_end_ : -1);
 }

@@ -1,7 +1,9 @@
 // Structured output for the server: compiles what a request asks for (recipe::OutputConstraintRequest)
 // through grammar/ (compiled grammars cached by kind and source) into the engine's per-request
 // TokenConstraint over the tokenizer's vocabulary. In thinking mode the constraint starts after the
-// model's </think>: the reasoning is free, the answer follows the grammar.
+// model's </think>: the reasoning is free, the answer follows the grammar. Strict tools are the
+// exception: their grammar covers the reasoning too (it must not open a DSML block the parser would
+// read as a call), over a vocabulary that keeps the ｜DSML｜ and </think> tokens.
 #pragma once
 
 #include <memory>
@@ -26,6 +28,7 @@ class StructuredOutput {
 
  private:
   std::shared_ptr<const grammar::Vocabulary> vocabulary();
+  std::shared_ptr<const grammar::Vocabulary> tool_vocabulary();
 
   const tokenizer::Tokenizer& tokenizer_;
   int32_t eos_;
@@ -33,6 +36,8 @@ class StructuredOutput {
   grammar::GrammarCache cache_;
   std::once_flag vocab_once_;
   std::shared_ptr<const grammar::Vocabulary> vocab_;
+  std::once_flag tool_vocab_once_;
+  std::shared_ptr<const grammar::Vocabulary> tool_vocab_;
 };
 
 // The engine's constraint over a grammar::TokenMatcher; with a gate token, every token is allowed until

@@ -1,5 +1,6 @@
-// libFuzzer target for the grammar compilers: the first byte picks GBNF/EBNF, regex or JSON Schema, the
-// rest up to a NUL is the source and what follows is text to match. Any source must give a grammar or a
+// libFuzzer target for the grammar compilers: the first byte picks GBNF/EBNF, regex or JSON Schema (or,
+// from 0xF0 on, the schema as a strict tool's parameters in the DSML tool-call grammar), the rest up to
+// a NUL is the source and what follows is text to match. Any source must give a grammar or a
 // core::Error (invalid input), never a crash or a hang; a grammar's matcher must accept the text byte by
 // byte until the first rejected byte, and a rollback must bring back the same state (the same answer for
 // the next byte and the same completeness).
@@ -16,6 +17,7 @@
 #include "grammar/ebnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
+#include "grammar/tool_calls.h"
 
 using namespace dsinfer;
 
@@ -35,7 +37,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text = nul == std::string_view::npos ? std::string_view() : all.substr(nul + 1);
   std::shared_ptr<const grammar::Grammar> g;
   try {
-    switch (data[0] % 3) {
+    if (data[0] >= 0xF0) {
+      nlohmann::ordered_json schema = nlohmann::ordered_json::parse(source, nullptr, false);
+      if (schema.is_discarded()) return 0;
+      grammar::ToolCallGrammarOptions o;
+      o.inside_block = (data[0] & 1) != 0;
+      o.thinking = (data[0] & 2) != 0;
+      g = std::make_shared<const grammar::Grammar>(grammar::tool_call_grammar({{"f", schema, true}}, o));
+    } else switch (data[0] % 3) {
       case 0: g = std::make_shared<const grammar::Grammar>(grammar::compile_ebnf(source)); break;
       case 1: g = std::make_shared<const grammar::Grammar>(grammar::regex_grammar(source)); break;
       default: {

@@ -11,53 +11,7 @@ namespace {
 std::string prefixed(const std::string& path, const std::string& message) {
   return path.empty() ? message : path + ": " + message;
 }
-// SAX events of nlohmann's parser: counts keys per open object and stops at the first one too wide.
-class KeyCounter {
- public:
-  explicit KeyCounter(size_t max_keys) : max_keys_(max_keys) {}
-  bool too_many() const { return too_many_; }
-
-  bool null() { return true; }
-  bool boolean(bool) { return true; }
-  bool number_integer(Json::number_integer_t) { return true; }
-  bool number_unsigned(Json::number_unsigned_t) { return true; }
-  bool number_float(Json::number_float_t, const Json::string_t&) { return true; }
-  bool string(Json::string_t&) { return true; }
-  bool binary(Json::binary_t&) { return true; }
-  bool start_object(size_t) {
-    keys_.push_back(0);
-    return ++depth_ <= kMaxJsonDepth;
-  }
-  bool key(Json::string_t&) {
-    if (++keys_.back() <= max_keys_) return true;
-    too_many_ = true;
-    return false;
-  }
-  bool end_object() {
-    keys_.pop_back();
-    --depth_;
-    return true;
-  }
-  bool start_array(size_t) { return ++depth_ <= kMaxJsonDepth; }
-  bool end_array() {
-    --depth_;
-    return true;
-  }
-  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception&) { return false; }
-
- private:
-  size_t max_keys_;
-  std::vector<size_t> keys_;  // per open object
-  int depth_ = 0;
-  bool too_many_ = false;
-};
 }  // namespace
-
-bool json_object_keys_within(std::string_view text, size_t max_keys) {
-  KeyCounter counter(max_keys);
-  Json::sax_parse(text.begin(), text.end(), &counter);
-  return !counter.too_many();
-}
 
 std::string at_index(const std::string& path, size_t index) { return core::str_cat(path, "[", index, "]"); }
 

@@ -37,17 +37,6 @@ std::optional<uint32_t> opt_u32(const Json& object, std::string_view key, const 
 std::optional<uint8_t> opt_u8(const Json& object, std::string_view key, const std::string& path);
 std::optional<float> opt_f32(const Json& object, std::string_view key, const std::string& path);
 
-// ordered_json finds a key by linear search, so parsing an object of n keys costs n^2: a 1.1 MB body of
-// one object with 100k keys took 9.5 s. Requests with an object wider than this are refused before the
-// ordered parse, which bounds its cost per byte: 8 MiB of 256-key objects parse in about 0.3 s, 1.5x
-// the time of 16-key objects (1024 keys: 4x).
-inline constexpr size_t kMaxJsonObjectKeys = 256;
-
-// True when no object in the JSON text has more than `max_keys` keys. One linear pass that builds
-// nothing; text that is not JSON (or nests deeper than kMaxJsonDepth) is left to parse_json to report
-// and counts as within.
-bool json_object_keys_within(std::string_view text, size_t max_keys = kMaxJsonObjectKeys);
-
 // Checks that `value` is one of `variants`; throws "unknown variant `v`, expected one of `a`, `b`".
 std::string expect_variant(const std::string& value, std::initializer_list<const char*> variants,
                            const std::string& path);

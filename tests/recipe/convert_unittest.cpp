@@ -25,18 +25,14 @@ constexpr Protocol kChat = Protocol::kChatCompletions;
 constexpr Protocol kResp = Protocol::kResponses;
 constexpr Protocol kMsg = Protocol::kMessages;
 
-// The text entry point (the CLI's) refuses an object wider than the server's key limit before the
-// ordered parse, whose cost is quadratic in an object's keys; at the limit the key is still read.
-TEST(Convert, TextEntryRefusesObjectsWithTooManyKeys) {
-  auto body_with_keys = [](size_t keys) {
-    std::string extra;
-    for (size_t i = 0; i + 2 < keys; ++i) extra += ",\"x" + std::to_string(i) + "\":0";
-    return R"({"model":"m","messages":[{"role":"user","content":"x"}])" + extra + "}";
-  };
-  EXPECT_EQ(error_of(kChat, body_with_keys(detail::kMaxJsonObjectKeys).c_str()), "(accepted)");
-  EXPECT_EQ(error_of(kChat, body_with_keys(detail::kMaxJsonObjectKeys + 1).c_str()),
-            "invalid JSON body: an object has more than 256 keys");
-  EXPECT_EQ(error_of(kChat, body_with_keys(100000).c_str()), "invalid JSON body: an object has more than 256 keys");
+// The text entry point (the CLI's) reads a body however wide its objects (the parse is linear in them);
+// the known fields are still found among 100k unknown ones.
+TEST(Convert, TextEntryReadsVeryWideObjects) {
+  std::string extra;
+  for (size_t i = 0; i < 100000; ++i) extra += ",\"x" + std::to_string(i) + "\":0";
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"x"}])" + extra + "}";
+  EXPECT_EQ(error_of(kChat, body.c_str()), "(accepted)");
+  EXPECT_EQ(error_of(kChat, (R"({"model":"m")" + extra + "}").c_str()), "missing field `messages`");
 }
 
 TEST(Convert, ChatDeserialisationErrors) {

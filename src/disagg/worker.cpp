@@ -344,9 +344,7 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     };
     auto acc = std::make_shared<Acc>();
     auto self = shared_from_this();
-    const int64_t prompt_tokens = static_cast<int64_t>(r.prompt_ids.size());
-    auto on_event = [self, ex, acc, transfer = r.transfer, peer = r.decode_ucx_address,
-                     prompt_tokens](const engine::TokenEvent& ev) {
+    auto on_event = [self, ex, acc, transfer = r.transfer, peer = r.decode_ucx_address](const engine::TokenEvent& ev) {
       acc->tokens.insert(acc->tokens.end(), ev.tokens.begin(), ev.tokens.end());
       acc->logprobs.insert(acc->logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
       if (ev.finish == engine::FinishReason::kNone) return;
@@ -367,7 +365,7 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
                  {"finish", handoff ? "none" : finish_name(ev.finish)},
                  {"matched_stop_token", ev.matched_stop_token},
                  {"logprobs", acc->logprobs.empty() ? WireJson(nullptr) : logprobs_to_json(acc->logprobs.front())},
-                 {"prompt_tokens", prompt_tokens},
+                 {"prompt_tokens", ev.prompt_tokens},  // without output_in_prompt
                  {"cached_tokens", ev.cached_tokens},
                  {"state_bytes", handoff ? ev.exported_state->size() : 0}};
       ex->respond(200, "application/json", j.dump());

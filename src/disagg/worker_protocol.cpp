@@ -72,7 +72,8 @@ WireJson to_json(const HandoffRequest& r, bool decode) {
              {"stop_token_ids", r.stop_token_ids},
              {"ignore_eos", r.ignore_eos},
              {"max_tokens", r.max_tokens},
-             {"traffic_class", r.traffic_class}};
+             {"traffic_class", r.traffic_class},
+             {"output_in_prompt", r.output_in_prompt}};
   if (decode) {
     j["first_token"] = r.first_token;
   } else {
@@ -93,6 +94,7 @@ HandoffRequest handoff_request_from_json(const WireJson& j, bool decode) {
   r.ignore_eos = field<bool>(j, "ignore_eos", false);
   r.max_tokens = required<int32_t>(j, "max_tokens");
   r.traffic_class = field<std::string>(j, "traffic_class", "default");
+  r.output_in_prompt = field<int32_t>(j, "output_in_prompt", 0);
   if (decode) {
     r.first_token = required<int32_t>(j, "first_token");
   } else {
@@ -109,6 +111,7 @@ engine::RequestSpec to_spec(const HandoffRequest& r) {
   s.stop_token_ids = r.stop_token_ids;
   s.ignore_eos = r.ignore_eos;
   s.traffic_class = r.traffic_class;
+  s.output_in_prompt = r.output_in_prompt;
   return s;
 }
 

@@ -30,6 +30,9 @@ struct HandoffRequest {
   bool ignore_eos = false;
   int32_t max_tokens = 256;
   std::string traffic_class = "default";
+  // The last output_in_prompt prompt_ids are output the client already has (a stream resumed after its
+  // decode worker died): RequestSpec::output_in_prompt.
+  int32_t output_in_prompt = 0;
   std::string decode_ucx_address;  // prefill only: where the state goes
   int32_t first_token = -1;        // decode only
 };

@@ -81,6 +81,11 @@ struct RequestSpec {
   // presence penalties), so tokens, logprobs and sampling positions are those of the same request run
   // whole in one engine. Needs max_tokens >= 2.
   std::shared_ptr<const std::vector<uint8_t>> imported_state;
+  // A resumed request (a router re-submitting a stream whose decode worker died): the last
+  // output_in_prompt ids of prompt_ids (before the first token of an imported request) are output the
+  // client already has. They count toward max_tokens and as output for frequency and presence penalties,
+  // so the continuation is exactly the uninterrupted run's.
+  int32_t output_in_prompt = 0;
 };
 
 // A greedy request that ignores EOS, so it produces exactly max_tokens tokens (benchmarks, tests).

@@ -89,6 +89,13 @@ SubmitResult EngineCore::check(const RequestSpec& spec) const {
     if (spec.export_state) return reject(SubmitStatus::kInvalid, "imported_state and export_state exclude each other");
     if (spec.imported_state->empty()) return reject(SubmitStatus::kInvalid, "imported_state is empty");
   }
+  const int64_t earlier_output = spec.output_in_prompt;
+  if (earlier_output < 0 || earlier_output + (imported ? 1 : 0) >= static_cast<int64_t>(spec.prompt_ids.size())) {
+    return reject(SubmitStatus::kInvalid, "output_in_prompt must leave at least one prompt token");
+  }
+  if (earlier_output + (imported ? 1 : 0) >= spec.max_tokens) {
+    return reject(SubmitStatus::kInvalid, "max_tokens must exceed the output already in the prompt");
+  }
   if (std::string why = validate_sampling(spec.sampling); !why.empty()) {
     return reject(SubmitStatus::kInvalid, why);
   }
@@ -98,7 +105,8 @@ SubmitResult EngineCore::check(const RequestSpec& spec) const {
                                                           info_.vocab_size, ")"));
     }
   }
-  const int64_t total = static_cast<int64_t>(spec.prompt_ids.size()) - (imported ? 1 : 0) + spec.max_tokens;
+  const int64_t total =
+      static_cast<int64_t>(spec.prompt_ids.size()) - earlier_output - (imported ? 1 : 0) + spec.max_tokens;
   if (total > info_.max_context) {
     return reject(SubmitStatus::kTooLong, core::str_cat("prompt (", spec.prompt_ids.size(), " tokens) + max_tokens (",
                                                         spec.max_tokens, ") exceeds the context limit ",
@@ -125,14 +133,15 @@ void EngineCore::add(std::unique_ptr<Request>&& request) {
     waiting_.pop_back();
     throw;
   }
-  r.prompt_len = static_cast<int64_t>(r.tokens.size());
+  // Output already produced elsewhere (a resumed stream, an imported first token) ends the prompt ids:
+  // the request continues as if it had drawn those tokens itself, like a preempted one.
+  r.generated = r.spec.output_in_prompt;
   if (r.spec.imported_state) {
-    // Prompt + the first token, which was drawn elsewhere: the request continues as if it had drawn it.
-    r.prompt_len -= 1;
-    r.generated = 1;
+    r.generated += 1;
     r.import_pending = true;
     r.cache_counted = true;  // nothing computed here was served by the cache either
   }
+  r.prompt_len = static_cast<int64_t>(r.tokens.size()) - r.generated;
   prompt_tokens_total_ += r.prompt_len;
   if (connector_) {
     try {
@@ -411,7 +420,8 @@ void EngineCore::recharge(Request& r) {
 // ---- planning -----------------------------------------------------------------------------------
 
 int32_t EngineCore::draft_count(const Request& r, int64_t fed) const {
-  if (!options_.speculation) return 0;
+  // A request that exports its state stops at its first new token: nothing to draft.
+  if (!options_.speculation || r.spec.export_state) return 0;
   int64_t k = options_.draft_tokens;
   // This step yields accepted + 1 tokens: no use drafting past max_tokens.
   k = std::min<int64_t>(k, r.spec.max_tokens - std::max(r.generated, 1) - 1);
@@ -448,9 +458,9 @@ std::optional<Admission> EngineCore::try_admit(Request& r, int64_t budget, bool 
   Admission a;
   a.req = &r;
   if (r.import_pending) {
-    // The imported sequence stands at the prompt's length; its first step feeds the first token (plus
+    // The imported sequence stands before the first token; its first step feeds that token (plus
     // drafts), like a decode step.
-    const int64_t at = r.prompt_len;
+    const int64_t at = r.prefill_target();
     const int32_t k = static_cast<int32_t>(std::min<int64_t>(draft_count(r, at), budget - 1));
     const int64_t need = info_.sequence_bytes + blocks_for(at + 1 + k) * info_.block_bytes;
     const int64_t room =
@@ -770,8 +780,8 @@ void EngineCore::start_sequence(Admission& a) {
   if (r.import_pending) {
     r.seq = model_->import_sequence(*r.spec.imported_state);
     DSINFER_CHECK(r.seq != nullptr, "the model cannot import sequences (imported_state)");
-    DSINFER_CHECK(r.seq->length() == r.prompt_len, "the imported sequence has ", r.seq->length(),
-                  " positions, the prompt ", r.prompt_len);
+    DSINFER_CHECK(r.seq->length() == r.prefill_target(), "the imported sequence has ", r.seq->length(),
+                  " positions, the request ", r.prefill_target(), " before its pending token");
     // Once imported the bytes are not needed again: a preempted request is recomputed from its tokens.
     r.import_pending = false;
     r.spec.imported_state.reset();
@@ -1013,7 +1023,7 @@ void EngineCore::apply_entry(StepEntry& e) {
   publish(r);
   take_snapshot(r);
   recharge(r);
-  if (e.prefill && e.samples && r.spec.export_state && r.finish == FinishReason::kNone) {
+  if (e.samples && r.spec.export_state && r.finish == FinishReason::kNone) {
     // A prefill worker's request ends here; its state goes to the decode worker.
     std::vector<uint8_t> bytes = model_->export_sequence(*r.seq);
     DSINFER_CHECK(!bytes.empty(), "the model cannot export sequences (export_state)");

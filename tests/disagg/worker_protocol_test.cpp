@@ -29,6 +29,7 @@ TEST(WorkerProtocol, HandoffRequestsRoundTripEveryField) {
   r.ignore_eos = true;
   r.max_tokens = 12;
   r.traffic_class = "agent";
+  r.output_in_prompt = 2;
   r.decode_ucx_address = "ucx:00ff";
   r.first_token = 42;
   for (bool decode : {false, true}) {
@@ -51,6 +52,7 @@ TEST(WorkerProtocol, HandoffRequestsRoundTripEveryField) {
     EXPECT_TRUE(b.ignore_eos);
     EXPECT_EQ(b.max_tokens, 12);
     EXPECT_EQ(b.traffic_class, "agent");
+    EXPECT_EQ(b.output_in_prompt, 2);
     EXPECT_EQ(b.decode_ucx_address, decode ? "" : "ucx:00ff");
     EXPECT_EQ(b.first_token, decode ? 42 : -1);
   }
@@ -59,6 +61,7 @@ TEST(WorkerProtocol, HandoffRequestsRoundTripEveryField) {
   EXPECT_EQ(spec.max_tokens, 12);
   EXPECT_EQ(spec.stop_token_ids, r.stop_token_ids);
   EXPECT_EQ(spec.traffic_class, "agent");
+  EXPECT_EQ(spec.output_in_prompt, 2);
 }
 
 TEST(WorkerProtocol, MissingSamplingFieldsKeepTheEngineDefaults) {

@@ -79,7 +79,7 @@ let nextTransfer = 1;
 async function prefillStep(prefill, decodeUcx, c) {
   const transfer = nextTransfer++;
   const body = { transfer, prompt_ids: c.prompt, sampling: { ...c.sampling, top_logprobs: 1 }, stop_token_ids: [],
-    ignore_eos: true, max_tokens: c.max_tokens, traffic_class: 'default' };
+    ignore_eos: true, max_tokens: c.max_tokens, traffic_class: 'default', output_in_prompt: c.output_in_prompt ?? 0 };
   const p = await fetch(`${prefill.url}/internal/v1/prefill`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ ...body, decode_ucx_address: decodeUcx }),
@@ -87,7 +87,7 @@ async function prefillStep(prefill, decodeUcx, c) {
   const pj = await p.json();
   assert.equal(p.status, 200, JSON.stringify(pj));
   assert.equal(pj.finish, 'none');
-  assert.equal(pj.prompt_tokens, c.prompt.length);
+  assert.equal(pj.prompt_tokens, c.prompt.length - (c.output_in_prompt ?? 0));
   assert.ok(pj.state_bytes > 0);
   return { body, pj };
 }
@@ -110,8 +110,8 @@ async function decodeStep(decode, { body, pj }, c) {
     assert.equal(l.logprobs.length, l.tokens.length);
     logprobs.push(...l.logprobs.map((x) => x.logprob));
   }
-  assert.equal(tokens.length, c.max_tokens);
-  return { text: await decodeText(tokens), logprobs, finish: 'length' };
+  assert.equal(tokens.length, c.max_tokens - (c.output_in_prompt ?? 0));
+  return { text: await decodeText(tokens), logprobs, finish: 'length', tokens };
 }
 
 async function disaggregated(prefill, decode, decodeUcx, c) {
@@ -145,12 +145,21 @@ for (const speculation of [false, true]) {
           assert.equal(dh.role, 'decode');
           assert.equal(dh.ready, true);
           if (tls === 'shm') assert.match(dh.ucx_address, /^ucx:/);
+          const ids = [];
           for (let i = 0; i < cases.length; ++i) {
             const got = await disaggregated(prefill, decode, dh.ucx_address, cases[i]);
             assert.equal(got.text, want[i].text, `${cases[i].name}: text`);
             assert.deepEqual(got.logprobs, want[i].logprobs, `${cases[i].name}: logprobs`);
             assert.equal(got.finish, want[i].finish);
+            ids.push(got.tokens);
           }
+          // Failover as the router does it: the greedy stream resumed after 5 tokens (prompt + those tokens,
+          // output_in_prompt 5) continues with exactly the remaining tokens and logprobs.
+          const c0 = cases[0];
+          const resumed = await disaggregated(prefill, decode, dh.ucx_address,
+            { ...c0, prompt: [...c0.prompt, ...ids[0].slice(0, 5)], output_in_prompt: 5 });
+          assert.deepEqual(resumed.tokens, ids[0].slice(5));
+          assert.deepEqual(resumed.logprobs, want[0].logprobs.slice(5));
           // Two states waiting at once, claimed in the opposite order, concurrently: neither waits for the
           // other (one handoff thread serves every transfer in flight).
           const first = await prefillStep(prefill, dh.ucx_address, cases[0]);
@@ -161,7 +170,7 @@ for (const speculation of [false, true]) {
           assert.deepEqual(got1.logprobs, want[1].logprobs);
           // The prefill worker's states were all claimed, none left to time out.
           const m = await (await fetch(`${prefill.url}/metrics`)).text();
-          assert.match(m, new RegExp(`dsinfer_handoff_offers_claimed_total\\{role="prefill"\\} ${cases.length + 2}\\b`));
+          assert.match(m, new RegExp(`dsinfer_handoff_offers_claimed_total\\{role="prefill"\\} ${cases.length + 3}\\b`));
           assert.match(m, /dsinfer_handoff_offers_unclaimed_total\{role="prefill"\} 0\b/);
           // Heartbeats from both, with the protocol's fields.
           for (const [w, r] of [[prefill, 'prefill'], [decode, 'decode']]) {

@@ -25,6 +25,7 @@
 #include "hwy/highway.h"
 #include "core/dtypes.h"
 #include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
 #include "kernels/cpu/linear_packed.h"
 
 #if HWY_TARGET == HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL && HWY_COMPILER_GCC_ACTUAL < 1300
@@ -64,9 +65,19 @@ constexpr int StreamGroup() {
   return 1;
 }
 
-// Gemm micro-kernel: MR rows of x × PG panels.
+// Gemm micro-kernel: MR rows of x × PG panels. kGemmPanels is the FP4 kernel's PG; the others pick PG
+// by the tile's rows (GemmTilePanels).
 constexpr int kGemmPanels = kNV == 1 ? 2 : 1;
 constexpr int kGemmRows = kRegisters == 32 ? 12 : (kNV == 2 ? 6 : 3);
+// Accumulator vectors of one tile: the rest of the registers hold PG weight vectors and a broadcast of x.
+constexpr int kGemmAccumulators = kRegisters == 32 ? 24 : 12;
+constexpr int kGemmMaxPanels = 4;
+// Panels of a tile of MR rows: as many as the accumulators allow, so a tile of few rows (M = 5..11, or
+// the balanced halves of M = 16) still does PG·kNV multiply-adds per broadcast of x and MR per load of W.
+constexpr int GemmTilePanels(int mr) {
+  const int pg = kGemmAccumulators / (mr * kNV);
+  return pg < 1 ? 1 : (pg > kGemmMaxPanels ? kGemmMaxPanels : pg);
+}
 // Decoded panels per gemm group: about 256 KiB of f32, so they stay in L2 while all rows of x pass.
 constexpr int64_t kGemmBufferBytes = 256 * 1024;
 
@@ -521,15 +532,29 @@ void DecodePanel(const PackedWeight& w, int64_t p, float* dst) {
   }
 }
 
+// Software prefetches of the next group's packed weights, spread over the multiply-adds of this
+// group: without them a gemm group first waits for memory while it decodes, then computes with the
+// memory idle, and at 8..32 rows (batched decode) the two phases take about as long as each other.
+struct Prefetcher {
+  const uint8_t* next = nullptr;
+  const uint8_t* end = nullptr;
+  int lines = 1;  // cache lines per step
+  HWY_INLINE void Step() {
+    for (int i = 0; i < lines && next < end; ++i, next += 64) hwy::Prefetch(next);
+  }
+};
+
 // acc[m][j] over all k for MR rows of x and PG decoded panels (each [k][16], panel_stride floats apart).
 template <int MR, int PG>
 HWY_NOINLINE void MicroKernel(const float* panels, int64_t panel_stride, const float* x, int64_t ldx, int64_t K,
-                              int64_t p0, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+                              int64_t p0, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi,
+                              Prefetcher* pf = nullptr) {
   const DF df;
   VF acc[MR][PG * kNV];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < PG * kNV; ++j) acc[m][j] = hn::Zero(df);
   for (int64_t k = 0; k < K; ++k) {
+    if (pf != nullptr) pf->Step();
     VF wv[PG * kNV];
     for (int g = 0; g < PG; ++g)
       for (int v = 0; v < kNV; ++v) wv[g * kNV + v] = hn::Load(df, panels + g * panel_stride + k * 16 + v * kN);
@@ -542,23 +567,74 @@ HWY_NOINLINE void MicroKernel(const float* panels, int64_t panel_stride, const f
     for (int g = 0; g < PG; ++g) StorePanel(&acc[m][g * kNV], p0 + g, y + m * ldy, row_lo, row_hi);
 }
 
-template <int PG, int MR = kGemmRows>
-void MicroRows(const float* panels, int64_t panel_stride, const float* x, int64_t M, int64_t ldx, int64_t K, int64_t p0,
-               float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
-  int64_t m = 0;
-  for (; m + MR <= M; m += MR)
-    MicroKernel<MR, PG>(panels, panel_stride, x + m * ldx, ldx, K, p0, y + m * ldy, ldy, row_lo, row_hi);
-  if constexpr (MR > 1) {
-    if (m < M) MicroRows<PG, MR - 1>(panels, panel_stride, x + m * ldx, M - m, ldx, K, p0, y + m * ldy, ldy, row_lo, row_hi);
+// Rows [0, M) of x in tiles of MR or MR - 1 rows against n decoded panels, PG at a time (the panels
+// of a last, smaller group one at a time). The tiles only reorder which outputs are computed
+// when; every output keeps its FMA chain over k, so results do not depend on the tiling.
+template <int MR, int PG>
+void TileRows(const float* panels, int64_t panel_stride, int64_t n, const float* x, int64_t M, int64_t ldx, int64_t K,
+              int64_t p0, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi, Prefetcher* pf) {
+  // Tiles of MR rows first, then of MR - 1: tiles = ceil(M / MR) and M >= tiles·(MR - 1).
+  const int64_t tiles = (M + MR - 1) / MR;
+  const int64_t full = M - tiles * (MR - 1);
+  auto run = [&](auto kernel_full, auto kernel_short, int64_t g, int64_t stride) {
+    int64_t m = 0;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const float* pw = panels + g * stride;
+      if (t < full) {
+        kernel_full(pw, x + m * ldx, p0 + g, y + m * ldy);
+        m += MR;
+      } else {
+        kernel_short(pw, x + m * ldx, p0 + g, y + m * ldy);
+        m += MR - 1;
+      }
+    }
+  };
+  int64_t g = 0;
+  for (; g + PG <= n; g += PG) {
+    run([&](const float* pw, const float* xt, int64_t p, float* yt) {
+          MicroKernel<MR, PG>(pw, panel_stride, xt, ldx, K, p, yt, ldy, row_lo, row_hi, pf);
+        },
+        [&](const float* pw, const float* xt, int64_t p, float* yt) {
+          if constexpr (MR > 1) MicroKernel<MR - 1, PG>(pw, panel_stride, xt, ldx, K, p, yt, ldy, row_lo, row_hi, pf);
+        },
+        g, panel_stride);
   }
+  for (; g < n; ++g) {
+    run([&](const float* pw, const float* xt, int64_t p, float* yt) {
+          MicroKernel<MR, 1>(pw, panel_stride, xt, ldx, K, p, yt, ldy, row_lo, row_hi, pf);
+        },
+        [&](const float* pw, const float* xt, int64_t p, float* yt) {
+          if constexpr (MR > 1) MicroKernel<MR - 1, 1>(pw, panel_stride, xt, ldx, K, p, yt, ldy, row_lo, row_hi, pf);
+        },
+        g, panel_stride);
+  }
+}
+
+// Balanced row tiles: ceil(M / kGemmRows) tiles of MR or MR - 1 rows (M = 16 on AVX-512: two tiles of 8
+// rows × 3 panels rather than 12 rows × 2 panels and a 4-row remainder that is mostly loads).
+inline int GemmTileRows(int64_t M) {
+  const int64_t tiles = (M + kGemmRows - 1) / kGemmRows;
+  return static_cast<int>((M + tiles - 1) / tiles);
+}
+
+template <int MR = kGemmRows>
+void TileRowsFor(int mr, const float* panels, int64_t panel_stride, int64_t n, const float* x, int64_t M, int64_t ldx,
+                 int64_t K, int64_t p0, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi, Prefetcher* pf) {
+  if (mr == MR) {
+    TileRows<MR, GemmTilePanels(MR)>(panels, panel_stride, n, x, M, ldx, K, p0, y, ldy, row_lo, row_hi, pf);
+    return;
+  }
+  if constexpr (MR > 1) TileRowsFor<MR - 1>(mr, panels, panel_stride, n, x, M, ldx, K, p0, y, ldy, row_lo, row_hi, pf);
 }
 
 template <class Fmt>
 void GemmRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, int64_t M, int64_t ldx, float* y,
               int64_t ldy, int64_t row_lo, int64_t row_hi) {
+  const int mr = GemmTileRows(M);
+  const int64_t pg = GemmTilePanels(mr);
   const int64_t panel_floats = w.k_pairs * 32;
-  const int64_t group = std::max<int64_t>(
-      kGemmPanels, kGemmBufferBytes / (panel_floats * 4) / kGemmPanels * kGemmPanels);
+  // A whole number of tile panel groups (at least one, even when that is more than the budget).
+  const int64_t group = std::max<int64_t>(pg, kGemmBufferBytes / (panel_floats * 4) / pg * pg);
   thread_local hwy::AlignedFreeUniquePtr<float[]> buffer;
   thread_local int64_t buffer_floats = 0;
   if (buffer_floats < group * panel_floats) {
@@ -566,13 +642,22 @@ void GemmRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, int
     buffer_floats = group * panel_floats;
   }
   float* buf = buffer.get();
+  // Micro-kernel k steps per group: tiles × panel groups × K. Enough lines per step to fetch the next
+  // group's bytes before this group is done (panels are contiguous in the packed weight).
+  const int64_t tiles = (M + mr - 1) / mr;
+  const int64_t steps = tiles * ((group + pg - 1) / pg) * w.cols;
+  const int64_t lines = (group * w.panel_bytes + 63) / 64;
+  const int lines_per_step = static_cast<int>(std::clamp<int64_t>((lines + steps - 1) / steps, 1, 8));
   for (int64_t p = pb; p < pe; p += group) {
     const int64_t n = std::min(group, pe - p);
     for (int64_t g = 0; g < n; ++g) DecodePanel<Fmt>(w, p + g, buf + g * panel_floats);
-    int64_t g = 0;
-    for (; g + kGemmPanels <= n; g += kGemmPanels)
-      MicroRows<kGemmPanels>(buf + g * panel_floats, panel_floats, x, M, ldx, w.cols, p + g, y, ldy, row_lo, row_hi);
-    for (; g < n; ++g) MicroRows<1>(buf + g * panel_floats, panel_floats, x, M, ldx, w.cols, p + g, y, ldy, row_lo, row_hi);
+    Prefetcher pf;
+    if (p + n < pe) {
+      pf.next = w.panel(p + n);
+      pf.end = w.panel(std::min(pe, p + n + group));
+      pf.lines = lines_per_step;
+    }
+    TileRowsFor(mr, buf, panel_floats, n, x, M, ldx, w.cols, p, y, ldy, row_lo, row_hi, &pf);
   }
 }
 

@@ -788,12 +788,13 @@ void StreamRangeFP4(const PackedWeight& w, int64_t p, int64_t pe, const float* x
 template <int MR, int PG>
 HWY_NOINLINE void MicroKernelFP4(const float* panels, int64_t panel_stride, const float* scales, int64_t scale_stride,
                                  const float* xs, int64_t K, const float* post, int64_t p0, float* y, int64_t ldy,
-                                 int64_t row_lo, int64_t row_hi) {
+                                 int64_t row_lo, int64_t row_hi, Prefetcher* pf) {
   const DF df;
   HWY_ALIGN float acc[MR][PG * 16];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < PG * 16; ++j) acc[m][j] = 0.0f;
   for (int64_t grp = 0; grp < K / kFp4Group; ++grp) {
+    pf->Step();
     VF part[MR][PG * kNV];
     for (int m = 0; m < MR; ++m)
       for (int j = 0; j < PG * kNV; ++j) part[m][j] = hn::Zero(df);
@@ -825,15 +826,15 @@ HWY_NOINLINE void MicroKernelFP4(const float* panels, int64_t panel_stride, cons
 template <int PG, int MR = kGemmRows>
 void MicroRowsFP4(const float* panels, int64_t panel_stride, const float* scales, int64_t scale_stride, const float* xs,
                   int64_t M, int64_t K, const float* post, int64_t p0, float* y, int64_t ldy, int64_t row_lo,
-                  int64_t row_hi) {
+                  int64_t row_hi, Prefetcher* pf) {
   int64_t m = 0;
   for (; m + MR <= M; m += MR)
     MicroKernelFP4<MR, PG>(panels, panel_stride, scales, scale_stride, xs + m * K, K, post + 2 * m, p0, y + m * ldy, ldy,
-                           row_lo, row_hi);
+                           row_lo, row_hi, pf);
   if constexpr (MR > 1) {
     if (m < M)
       MicroRowsFP4<PG, MR - 1>(panels, panel_stride, scales, scale_stride, xs + m * K, M - m, K, post + 2 * m, p0,
-                               y + m * ldy, ldy, row_lo, row_hi);
+                               y + m * ldy, ldy, row_lo, row_hi, pf);
   }
 }
 
@@ -855,6 +856,11 @@ void GemmRowsFP4(const PackedWeight& w, int64_t pb, int64_t pe, const float* xs,
   float* wbuf = buffer.get();
   float* sbuf = wbuf + group * panel_floats;
   ScaleBlock sb;
+  // The next group's packed nibbles, prefetched over this group's multiply-adds (as GemmRows): one
+  // step per 32-column group of each tile.
+  const int64_t steps = ((M + kGemmRows - 1) / kGemmRows) * ((group + kGemmPanels - 1) / kGemmPanels) * groups;
+  const int64_t lines = (group * w.panel_bytes + 63) / 64;
+  const int lines_per_step = static_cast<int>(std::clamp<int64_t>((lines + steps - 1) / steps, 1, 8));
   for (int64_t p = pb; p < pe; p += group) {
     const int64_t n = std::min(group, pe - p);
     for (int64_t g = 0; g < n; ++g) {
@@ -864,13 +870,19 @@ void GemmRowsFP4(const PackedWeight& w, int64_t pb, int64_t pe, const float* xs,
         std::memcpy(sbuf + g * scale_floats + grp * 16, sb.fp4[0], 16 * sizeof(float));
       }
     }
+    Prefetcher pf;
+    if (p + n < pe) {
+      pf.next = w.panel(p + n);
+      pf.end = w.panel(std::min(pe, p + n + group));
+      pf.lines = lines_per_step;
+    }
     int64_t g = 0;
     for (; g + kGemmPanels <= n; g += kGemmPanels)
       MicroRowsFP4<kGemmPanels>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K,
-                                post, p + g, y, ldy, row_lo, row_hi);
+                                post, p + g, y, ldy, row_lo, row_hi, &pf);
     for (; g < n; ++g)
       MicroRowsFP4<1>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K, post,
-                      p + g, y, ldy, row_lo, row_hi);
+                      p + g, y, ldy, row_lo, row_hi, &pf);
   }
 }
 

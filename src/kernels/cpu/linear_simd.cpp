@@ -11,7 +11,9 @@
 //    Decoding is a few integer shifts and masks per 8 weights (linear_packed.h); FP8 moves its block
 //    scale onto x when that is exact, so the decode needs no multiply.
 //  - gemm (larger M): a group of panels is decoded once into a cache-resident f32 buffer ([k][16] per
-//    panel), then a register-tiled micro-kernel (MR rows of x × 16·PG rows of W) runs over all rows of x.
+//    panel), then a register-tiled micro-kernel (MR rows of x × 16·PG rows of W) runs over all rows of x
+//    in balanced tiles, while software prefetches bring in the next group's packed weights (at 5..32
+//    rows, batched decode, the memory reads would otherwise not overlap the multiply-adds).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -293,11 +293,24 @@ HWY_INLINE void DecodeFP4Quad(const uint8_t* panel, int64_t kq, VF (*out)[kNV]) 
       out[i][3] = hn::BitCast(df, hi1[i]);
     }
   } else {
-    const hn::Half<DF> dh;
-    const hn::RebindToUnsigned<decltype(dh)> du;
-    hn::Vec<decltype(du)> lo[4], hi[4];
-    Fp4Quad(du, hn::Load(du, q), lo, hi);
-    for (int i = 0; i < 4; ++i) out[i][0] = hn::Combine(df, hn::BitCast(dh, hi[i]), hn::BitCast(dh, lo[i]));
+    // 16 lanes: one table lookup per k instead of the shifts and masks (and the 256-bit halves to
+    // combine) of Fp4Quad: at 1..4 rows of x the decode, not memory, bounds the FP4 product.
+    // Lanes 0..7 hold the u32 lanes (row j in the low u16), lanes 8..15 the same shifted right by 16
+    // (row j+8): nibble i of lane r is then the code of (row r, k = 4kq + i). The table holds exactly
+    // the bits Fp4Quad makes: sign to bit 31, magnitude to bits 24..22 (e2m1 · 2^-126).
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Half<decltype(du)> dh;
+    alignas(64) static constexpr uint32_t kTable[16] = {
+        0x00000000u, 0x00400000u, 0x00800000u, 0x00C00000u, 0x01000000u, 0x01400000u, 0x01800000u, 0x01C00000u,
+        0x80000000u, 0x80400000u, 0x80800000u, 0x80C00000u, 0x81000000u, 0x81400000u, 0x81800000u, 0x81C00000u};
+    const VF table = hn::BitCast(df, hn::Load(du, kTable));
+    const auto v = hn::Load(dh, q);
+    const auto lanes = hn::Combine(du, hn::ShiftRight<16>(v), v);
+    const auto nibble = hn::Set(du, 0xFu);
+    out[0][0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(lanes, nibble)));
+    out[1][0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(hn::ShiftRight<4>(lanes), nibble)));
+    out[2][0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(hn::ShiftRight<8>(lanes), nibble)));
+    out[3][0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(hn::ShiftRight<12>(lanes), nibble)));
   }
 }
 

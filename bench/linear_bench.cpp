@@ -1,7 +1,8 @@
 // Linear at the MEDIUM config's shapes (configs/medium.json): decode (M = 1..8) reported as GB/s of
-// weight bytes and the fraction of the measured read bandwidth; prefill (M = 128..512) as GFLOP/s and
-// the fraction of the measured FMA peak. For M = 1 the weights of one benchmark are spread over enough
-// copies (≥ 256 MiB) that every call streams them from memory, as in a decode step.
+// weight bytes and the fraction of the measured read bandwidth; batched decode (M = 16, 32) and
+// prefill (M = 128..512) as GFLOP/s and the fraction of the measured FMA peak. Up to M = 32 the weights
+// of one benchmark are spread over enough copies (≥ 256 MiB) that every call streams them from memory,
+// as in a decode step.
 //
 //   bench_linear                                  all
 //   bench_linear --benchmark_filter='M:1/'        decode only
@@ -106,7 +107,7 @@ void run_linear(benchmark::State& state, const Shape& s, int64_t M) {
   const auto src = make_source(s);
   // Enough copies that one pass over all of them is >= 256 MiB (decode), else one.
   const int64_t one = weight_bytes(src->view);
-  const int64_t copies = M <= 8 ? std::max<int64_t>(1, ((int64_t{256} << 20) + one - 1) / one) : 1;
+  const int64_t copies = M <= 32 ? std::max<int64_t>(1, ((int64_t{256} << 20) + one - 1) / one) : 1;
   std::vector<Linear> lins;
   lins.reserve(copies);
   for (int64_t c = 0; c < copies; ++c) lins.emplace_back(src->view);
@@ -143,8 +144,9 @@ int main(int argc, char** argv) {
   std::printf("machine: read bandwidth %.1f GB/s (%d threads), fp32 FMA peak %.1f GFLOP/s (%s)\n",
               m.bandwidth.gb_per_s, m.bandwidth.threads, m.fma.gflops, m.fma.target.c_str());
   for (const Shape& s : kShapes) {
-    std::vector<int64_t> ms = {1, 2, 4, 8};
-    if (s.prefill) ms.insert(ms.end(), {128, 256, 512});
+    // 16 and 32: the batched decode of that many streams (the products outside the routed experts).
+    std::vector<int64_t> ms = {1, 2, 4, 8, 16};
+    if (s.prefill) ms.insert(ms.end(), {32, 128, 256, 512});
     for (int64_t M : ms) {
       const std::string name = std::string(s.name) + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
                                "/M:" + std::to_string(M) + "/";

@@ -2,6 +2,7 @@
 // prefill of a random prompt in chunks (logits of the last row only), then decode steps of one token
 // for `--batch` sequences at once. Numbers, never pass/fail; run on a quiet machine.
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -20,8 +21,19 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// CPU seconds of the whole process (every thread): on a shared machine the work of a step, where wall
+// time also counts the time other processes held the cores.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 int run_bench_forward(int argc, char** argv) {
-  Args args("bench-forward", "Measure prefill and decode tokens/s of the DeepSeek-V4 forward pass.");
+  Args args("bench-forward",
+            "Measure prefill and decode tokens/s of the DeepSeek-V4 forward pass. Decode is also reported as\n"
+            "process CPU time per step and per token: with --threads 1 that is the work of a step even on a\n"
+            "machine shared with other jobs, where the wall-clock rate mostly measures the load.");
   add_model_flags(args);
   args.option("prompt-tokens", "N", "prompt length per sequence", "512");
   args.option("chunk-size", "N", "prefill chunk size", "512");
@@ -68,6 +80,7 @@ int run_bench_forward(int argc, char** argv) {
   for (auto& t : next) t = tok(rng);
   std::vector<v4::SequenceInput> batch(B);
   const auto d0 = Clock::now();
+  const double cpu0 = process_cpu_seconds();
   for (int64_t s = 0; s < steps; ++s) {
     for (int64_t b = 0; b < B; ++b) {
       batch[b].state = seqs[b].get();
@@ -79,6 +92,7 @@ int run_bench_forward(int argc, char** argv) {
     for (auto& t : next) t = tok(rng);
   }
   const double decode_s = seconds(d0, Clock::now());
+  const double decode_cpu_s = process_cpu_seconds() - cpu0;
   const auto mem = seqs[0]->memory();
   std::printf("bench-forward: %s, %d threads, load %.2f s\n", model->shape().numerics.describe().c_str(),
               model->pool().size(), seconds(t0, t1));
@@ -88,6 +102,10 @@ int run_bench_forward(int argc, char** argv) {
     std::printf("  decode:  %lld steps x batch %lld in %.3f s = %.2f steps/s, %.1f tok/s (context %lld..%lld)\n",
                 static_cast<long long>(steps), static_cast<long long>(B), decode_s, steps / decode_s,
                 static_cast<double>(steps * B) / decode_s, static_cast<long long>(T), static_cast<long long>(T + steps));
+    // With --threads 1 this is the work per token whatever else runs on the machine (idle pool
+    // threads that spin would count too).
+    std::printf("  decode CPU: %.2f ms per step, %.2f ms per token (all threads of the process)\n",
+                1e3 * decode_cpu_s / static_cast<double>(steps), 1e3 * decode_cpu_s / static_cast<double>(steps * B));
   }
   std::printf("  state of one sequence: %.2f MiB (blocks %.2f, windows %.2f, tails %.2f)\n", mem.total() / 1048576.0,
               (mem.full_blocks + mem.pending_blocks) / 1048576.0, mem.windows / 1048576.0, mem.tails / 1048576.0);

@@ -241,6 +241,59 @@ TEST(Linear, MatchesExactSumAtModelShapes) {
   }
 }
 
+// Every row count of the batched decode and of small prefill chunks (1..64: the stream schedule, then
+// gemm tiles of every height and their balanced splits) on shapes that leave partial panels, partial
+// tile panel groups and an odd k: within the oracle's bound, and each row bitwise the row computed alone.
+TEST(Linear, EveryRowCountUpTo64WithinTheBoundAndBatchInvariant) {
+  constexpr int64_t kMaxRows = 64;
+  core::ThreadPool pool(3);
+  for (const SimdTarget& target : available_targets()) {
+    ScopedTarget scope(target);
+    uint32_t seed = 300;
+    for (WeightFormat f : kFormats) {
+      const int64_t rows = 83, cols = f == WeightFormat::kFP4 ? 160 : 131;
+      const int64_t ldx = cols + 1, ldy = rows + 2;
+      const TestWeight w = make_weight(f, rows, cols, ++seed);
+      const Linear lin(w.view);
+      const auto x = make_x(kMaxRows, ldx, ++seed);
+      // The exact sums and their bounds (as expect_close_to_exact), once for all row counts.
+      std::vector<double> exact(kMaxRows * rows), bound(kMaxRows * rows);
+      for (int64_t m = 0; m < kMaxRows; ++m) {
+        for (int64_t n = 0; n < rows; ++n) {
+          double e = 0.0, mag = 0.0;
+          for (int64_t k = 0; k < cols; ++k) {
+            const double p = static_cast<double>(x[m * ldx + k]) * static_cast<double>(weight_at(w.view, n, k));
+            e += p;
+            mag += std::fabs(p);
+          }
+          exact[m * rows + n] = e;
+          bound[m * rows + n] = 1.01 * static_cast<double>(cols + 1) * std::ldexp(1.0, -24) * mag + 1e-37;
+        }
+      }
+      std::vector<float> alone(kMaxRows * rows);
+      for (int64_t m = 0; m < kMaxRows; ++m) lin.forward(x.data() + m * ldx, 1, ldx, alone.data() + m * rows, rows, nullptr);
+      for (int64_t M = 1; M <= kMaxRows; ++M) {
+        const std::string what = target.name + " " + name_of(f, rows, cols, M);
+        std::vector<float> y(M * ldy, -777.0f);
+        lin.forward(x.data(), M, ldx, y.data(), ldy, M % 2 ? &pool : nullptr);
+        int64_t bad = 0;
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < rows; ++n) {
+            const double got = y[m * ldy + n];
+            if (!(std::fabs(got - exact[m * rows + n]) <= bound[m * rows + n]) && ++bad <= 5) {
+              ADD_FAILURE() << what << ": y[" << m << "][" << n << "] = " << got << ", exact " << exact[m * rows + n];
+            }
+          }
+          for (int64_t n = rows; n < ldy; ++n) ASSERT_EQ(y[m * ldy + n], -777.0f) << what;
+        }
+        EXPECT_EQ(bad, 0) << what;
+        expect_bitwise_equal(y.data(), alone.data(), M, rows, ldy, rows, what + " vs rows alone");
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 // Row m of an M-row product equals, bit for bit, the same row computed alone, in any batch and with any
 // thread count, through forward, forward_rows and linear_forward_many.
 TEST(Linear, BatchInvariantBitForBit) {

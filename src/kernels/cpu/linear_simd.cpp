@@ -11,7 +11,9 @@
 //    Decoding is a few integer shifts and masks per 8 weights (linear_packed.h); FP8 moves its block
 //    scale onto x when that is exact, so the decode needs no multiply.
 //  - gemm (larger M): a group of panels is decoded once into a cache-resident f32 buffer ([k][16] per
-//    panel), then a register-tiled micro-kernel (MR rows of x × 16·PG rows of W) runs over all rows of x.
+//    panel), then a register-tiled micro-kernel (MR rows of x × 16·PG rows of W) runs over all rows of x
+//    in balanced tiles, while software prefetches bring in the next group's packed weights (at 5..32
+//    rows, batched decode, the memory reads would otherwise not overlap the multiply-adds).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -25,6 +27,7 @@
 #include "hwy/highway.h"
 #include "core/dtypes.h"
 #include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
 #include "kernels/cpu/linear_packed.h"
 
 #if HWY_TARGET == HWY_SCALAR && HWY_COMPILER_GCC_ACTUAL && HWY_COMPILER_GCC_ACTUAL < 1300
@@ -64,9 +67,19 @@ constexpr int StreamGroup() {
   return 1;
 }
 
-// Gemm micro-kernel: MR rows of x × PG panels.
+// Gemm micro-kernel: MR rows of x × PG panels. kGemmPanels is the FP4 kernel's PG; the others pick PG
+// by the tile's rows (GemmTilePanels).
 constexpr int kGemmPanels = kNV == 1 ? 2 : 1;
 constexpr int kGemmRows = kRegisters == 32 ? 12 : (kNV == 2 ? 6 : 3);
+// Accumulator vectors of one tile: the rest of the registers hold PG weight vectors and a broadcast of x.
+constexpr int kGemmAccumulators = kRegisters == 32 ? 24 : 12;
+constexpr int kGemmMaxPanels = 4;
+// Panels of a tile of MR rows: as many as the accumulators allow, so a tile of few rows (M = 5..11, or
+// the balanced halves of M = 16) still does PG·kNV multiply-adds per broadcast of x and MR per load of W.
+constexpr int GemmTilePanels(int mr) {
+  const int pg = kGemmAccumulators / (mr * kNV);
+  return pg < 1 ? 1 : (pg > kGemmMaxPanels ? kGemmMaxPanels : pg);
+}
 // Decoded panels per gemm group: about 256 KiB of f32, so they stay in L2 while all rows of x pass.
 constexpr int64_t kGemmBufferBytes = 256 * 1024;
 
@@ -280,11 +293,24 @@ HWY_INLINE void DecodeFP4Quad(const uint8_t* panel, int64_t kq, VF (*out)[kNV]) 
       out[i][3] = hn::BitCast(df, hi1[i]);
     }
   } else {
-    const hn::Half<DF> dh;
-    const hn::RebindToUnsigned<decltype(dh)> du;
-    hn::Vec<decltype(du)> lo[4], hi[4];
-    Fp4Quad(du, hn::Load(du, q), lo, hi);
-    for (int i = 0; i < 4; ++i) out[i][0] = hn::Combine(df, hn::BitCast(dh, hi[i]), hn::BitCast(dh, lo[i]));
+    // 16 lanes: one table lookup per k instead of the shifts and masks (and the 256-bit halves to
+    // combine) of Fp4Quad: at 1..4 rows of x the decode, not memory, bounds the FP4 product.
+    // Lanes 0..7 hold the u32 lanes (row j in the low u16), lanes 8..15 the same shifted right by 16
+    // (row j+8): nibble i of lane r is then the code of (row r, k = 4kq + i). The table holds exactly
+    // the bits Fp4Quad makes: sign to bit 31, magnitude to bits 24..22 (e2m1 · 2^-126).
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Half<decltype(du)> dh;
+    alignas(64) static constexpr uint32_t kTable[16] = {
+        0x00000000u, 0x00400000u, 0x00800000u, 0x00C00000u, 0x01000000u, 0x01400000u, 0x01800000u, 0x01C00000u,
+        0x80000000u, 0x80400000u, 0x80800000u, 0x80C00000u, 0x81000000u, 0x81400000u, 0x81800000u, 0x81C00000u};
+    const VF table = hn::BitCast(df, hn::Load(du, kTable));
+    const auto v = hn::Load(dh, q);
+    const auto lanes = hn::Combine(du, hn::ShiftRight<16>(v), v);
+    const auto nibble = hn::Set(du, 0xFu);
+    out[0][0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(lanes, nibble)));
+    out[1][0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(hn::ShiftRight<4>(lanes), nibble)));
+    out[2][0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(hn::ShiftRight<8>(lanes), nibble)));
+    out[3][0] = hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::And(hn::ShiftRight<12>(lanes), nibble)));
   }
 }
 
@@ -521,15 +547,29 @@ void DecodePanel(const PackedWeight& w, int64_t p, float* dst) {
   }
 }
 
+// Software prefetches of the next group's packed weights, spread over the multiply-adds of this
+// group: without them a gemm group first waits for memory while it decodes, then computes with the
+// memory idle, and at 8..32 rows (batched decode) the two phases take about as long as each other.
+struct Prefetcher {
+  const uint8_t* next = nullptr;
+  const uint8_t* end = nullptr;
+  int lines = 1;  // cache lines per step
+  HWY_INLINE void Step() {
+    for (int i = 0; i < lines && next < end; ++i, next += 64) hwy::Prefetch(next);
+  }
+};
+
 // acc[m][j] over all k for MR rows of x and PG decoded panels (each [k][16], panel_stride floats apart).
 template <int MR, int PG>
 HWY_NOINLINE void MicroKernel(const float* panels, int64_t panel_stride, const float* x, int64_t ldx, int64_t K,
-                              int64_t p0, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+                              int64_t p0, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi,
+                              Prefetcher* pf = nullptr) {
   const DF df;
   VF acc[MR][PG * kNV];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < PG * kNV; ++j) acc[m][j] = hn::Zero(df);
   for (int64_t k = 0; k < K; ++k) {
+    if (pf != nullptr) pf->Step();
     VF wv[PG * kNV];
     for (int g = 0; g < PG; ++g)
       for (int v = 0; v < kNV; ++v) wv[g * kNV + v] = hn::Load(df, panels + g * panel_stride + k * 16 + v * kN);
@@ -542,23 +582,74 @@ HWY_NOINLINE void MicroKernel(const float* panels, int64_t panel_stride, const f
     for (int g = 0; g < PG; ++g) StorePanel(&acc[m][g * kNV], p0 + g, y + m * ldy, row_lo, row_hi);
 }
 
-template <int PG, int MR = kGemmRows>
-void MicroRows(const float* panels, int64_t panel_stride, const float* x, int64_t M, int64_t ldx, int64_t K, int64_t p0,
-               float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
-  int64_t m = 0;
-  for (; m + MR <= M; m += MR)
-    MicroKernel<MR, PG>(panels, panel_stride, x + m * ldx, ldx, K, p0, y + m * ldy, ldy, row_lo, row_hi);
-  if constexpr (MR > 1) {
-    if (m < M) MicroRows<PG, MR - 1>(panels, panel_stride, x + m * ldx, M - m, ldx, K, p0, y + m * ldy, ldy, row_lo, row_hi);
+// Rows [0, M) of x in tiles of MR or MR - 1 rows against n decoded panels, PG at a time (the panels
+// of a last, smaller group one at a time). The tiles only reorder which outputs are computed
+// when; every output keeps its FMA chain over k, so results do not depend on the tiling.
+template <int MR, int PG>
+void TileRows(const float* panels, int64_t panel_stride, int64_t n, const float* x, int64_t M, int64_t ldx, int64_t K,
+              int64_t p0, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi, Prefetcher* pf) {
+  // Tiles of MR rows first, then of MR - 1: tiles = ceil(M / MR) and M >= tiles·(MR - 1).
+  const int64_t tiles = (M + MR - 1) / MR;
+  const int64_t full = M - tiles * (MR - 1);
+  auto run = [&](auto kernel_full, auto kernel_short, int64_t g, int64_t stride) {
+    int64_t m = 0;
+    for (int64_t t = 0; t < tiles; ++t) {
+      const float* pw = panels + g * stride;
+      if (t < full) {
+        kernel_full(pw, x + m * ldx, p0 + g, y + m * ldy);
+        m += MR;
+      } else {
+        kernel_short(pw, x + m * ldx, p0 + g, y + m * ldy);
+        m += MR - 1;
+      }
+    }
+  };
+  int64_t g = 0;
+  for (; g + PG <= n; g += PG) {
+    run([&](const float* pw, const float* xt, int64_t p, float* yt) {
+          MicroKernel<MR, PG>(pw, panel_stride, xt, ldx, K, p, yt, ldy, row_lo, row_hi, pf);
+        },
+        [&](const float* pw, const float* xt, int64_t p, float* yt) {
+          if constexpr (MR > 1) MicroKernel<MR - 1, PG>(pw, panel_stride, xt, ldx, K, p, yt, ldy, row_lo, row_hi, pf);
+        },
+        g, panel_stride);
   }
+  for (; g < n; ++g) {
+    run([&](const float* pw, const float* xt, int64_t p, float* yt) {
+          MicroKernel<MR, 1>(pw, panel_stride, xt, ldx, K, p, yt, ldy, row_lo, row_hi, pf);
+        },
+        [&](const float* pw, const float* xt, int64_t p, float* yt) {
+          if constexpr (MR > 1) MicroKernel<MR - 1, 1>(pw, panel_stride, xt, ldx, K, p, yt, ldy, row_lo, row_hi, pf);
+        },
+        g, panel_stride);
+  }
+}
+
+// Balanced row tiles: ceil(M / kGemmRows) tiles of MR or MR - 1 rows (M = 16 on AVX-512: two tiles of 8
+// rows × 3 panels rather than 12 rows × 2 panels and a 4-row remainder that is mostly loads).
+inline int GemmTileRows(int64_t M) {
+  const int64_t tiles = (M + kGemmRows - 1) / kGemmRows;
+  return static_cast<int>((M + tiles - 1) / tiles);
+}
+
+template <int MR = kGemmRows>
+void TileRowsFor(int mr, const float* panels, int64_t panel_stride, int64_t n, const float* x, int64_t M, int64_t ldx,
+                 int64_t K, int64_t p0, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi, Prefetcher* pf) {
+  if (mr == MR) {
+    TileRows<MR, GemmTilePanels(MR)>(panels, panel_stride, n, x, M, ldx, K, p0, y, ldy, row_lo, row_hi, pf);
+    return;
+  }
+  if constexpr (MR > 1) TileRowsFor<MR - 1>(mr, panels, panel_stride, n, x, M, ldx, K, p0, y, ldy, row_lo, row_hi, pf);
 }
 
 template <class Fmt>
 void GemmRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, int64_t M, int64_t ldx, float* y,
               int64_t ldy, int64_t row_lo, int64_t row_hi) {
+  const int mr = GemmTileRows(M);
+  const int64_t pg = GemmTilePanels(mr);
   const int64_t panel_floats = w.k_pairs * 32;
-  const int64_t group = std::max<int64_t>(
-      kGemmPanels, kGemmBufferBytes / (panel_floats * 4) / kGemmPanels * kGemmPanels);
+  // A whole number of tile panel groups (at least one, even when that is more than the budget).
+  const int64_t group = std::max<int64_t>(pg, kGemmBufferBytes / (panel_floats * 4) / pg * pg);
   thread_local hwy::AlignedFreeUniquePtr<float[]> buffer;
   thread_local int64_t buffer_floats = 0;
   if (buffer_floats < group * panel_floats) {
@@ -566,13 +657,22 @@ void GemmRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, int
     buffer_floats = group * panel_floats;
   }
   float* buf = buffer.get();
+  // Micro-kernel k steps per group: tiles × panel groups × K. Enough lines per step to fetch the next
+  // group's bytes before this group is done (panels are contiguous in the packed weight).
+  const int64_t tiles = (M + mr - 1) / mr;
+  const int64_t steps = tiles * ((group + pg - 1) / pg) * w.cols;
+  const int64_t lines = (group * w.panel_bytes + 63) / 64;
+  const int lines_per_step = static_cast<int>(std::clamp<int64_t>((lines + steps - 1) / steps, 1, 8));
   for (int64_t p = pb; p < pe; p += group) {
     const int64_t n = std::min(group, pe - p);
     for (int64_t g = 0; g < n; ++g) DecodePanel<Fmt>(w, p + g, buf + g * panel_floats);
-    int64_t g = 0;
-    for (; g + kGemmPanels <= n; g += kGemmPanels)
-      MicroRows<kGemmPanels>(buf + g * panel_floats, panel_floats, x, M, ldx, w.cols, p + g, y, ldy, row_lo, row_hi);
-    for (; g < n; ++g) MicroRows<1>(buf + g * panel_floats, panel_floats, x, M, ldx, w.cols, p + g, y, ldy, row_lo, row_hi);
+    Prefetcher pf;
+    if (p + n < pe) {
+      pf.next = w.panel(p + n);
+      pf.end = w.panel(std::min(pe, p + n + group));
+      pf.lines = lines_per_step;
+    }
+    TileRowsFor(mr, buf, panel_floats, n, x, M, ldx, w.cols, p, y, ldy, row_lo, row_hi, &pf);
   }
 }
 
@@ -703,12 +803,13 @@ void StreamRangeFP4(const PackedWeight& w, int64_t p, int64_t pe, const float* x
 template <int MR, int PG>
 HWY_NOINLINE void MicroKernelFP4(const float* panels, int64_t panel_stride, const float* scales, int64_t scale_stride,
                                  const float* xs, int64_t K, const float* post, int64_t p0, float* y, int64_t ldy,
-                                 int64_t row_lo, int64_t row_hi) {
+                                 int64_t row_lo, int64_t row_hi, Prefetcher* pf) {
   const DF df;
   HWY_ALIGN float acc[MR][PG * 16];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < PG * 16; ++j) acc[m][j] = 0.0f;
   for (int64_t grp = 0; grp < K / kFp4Group; ++grp) {
+    pf->Step();
     VF part[MR][PG * kNV];
     for (int m = 0; m < MR; ++m)
       for (int j = 0; j < PG * kNV; ++j) part[m][j] = hn::Zero(df);
@@ -740,15 +841,15 @@ HWY_NOINLINE void MicroKernelFP4(const float* panels, int64_t panel_stride, cons
 template <int PG, int MR = kGemmRows>
 void MicroRowsFP4(const float* panels, int64_t panel_stride, const float* scales, int64_t scale_stride, const float* xs,
                   int64_t M, int64_t K, const float* post, int64_t p0, float* y, int64_t ldy, int64_t row_lo,
-                  int64_t row_hi) {
+                  int64_t row_hi, Prefetcher* pf) {
   int64_t m = 0;
   for (; m + MR <= M; m += MR)
     MicroKernelFP4<MR, PG>(panels, panel_stride, scales, scale_stride, xs + m * K, K, post + 2 * m, p0, y + m * ldy, ldy,
-                           row_lo, row_hi);
+                           row_lo, row_hi, pf);
   if constexpr (MR > 1) {
     if (m < M)
       MicroRowsFP4<PG, MR - 1>(panels, panel_stride, scales, scale_stride, xs + m * K, M - m, K, post + 2 * m, p0,
-                               y + m * ldy, ldy, row_lo, row_hi);
+                               y + m * ldy, ldy, row_lo, row_hi, pf);
   }
 }
 
@@ -770,6 +871,11 @@ void GemmRowsFP4(const PackedWeight& w, int64_t pb, int64_t pe, const float* xs,
   float* wbuf = buffer.get();
   float* sbuf = wbuf + group * panel_floats;
   ScaleBlock sb;
+  // The next group's packed nibbles, prefetched over this group's multiply-adds (as GemmRows): one
+  // step per 32-column group of each tile.
+  const int64_t steps = ((M + kGemmRows - 1) / kGemmRows) * ((group + kGemmPanels - 1) / kGemmPanels) * groups;
+  const int64_t lines = (group * w.panel_bytes + 63) / 64;
+  const int lines_per_step = static_cast<int>(std::clamp<int64_t>((lines + steps - 1) / steps, 1, 8));
   for (int64_t p = pb; p < pe; p += group) {
     const int64_t n = std::min(group, pe - p);
     for (int64_t g = 0; g < n; ++g) {
@@ -779,13 +885,19 @@ void GemmRowsFP4(const PackedWeight& w, int64_t pb, int64_t pe, const float* xs,
         std::memcpy(sbuf + g * scale_floats + grp * 16, sb.fp4[0], 16 * sizeof(float));
       }
     }
+    Prefetcher pf;
+    if (p + n < pe) {
+      pf.next = w.panel(p + n);
+      pf.end = w.panel(std::min(pe, p + n + group));
+      pf.lines = lines_per_step;
+    }
     int64_t g = 0;
     for (; g + kGemmPanels <= n; g += kGemmPanels)
       MicroRowsFP4<kGemmPanels>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K,
-                                post, p + g, y, ldy, row_lo, row_hi);
+                                post, p + g, y, ldy, row_lo, row_hi, &pf);
     for (; g < n; ++g)
       MicroRowsFP4<1>(wbuf + g * panel_floats, panel_floats, sbuf + g * scale_floats, scale_floats, xs, M, K, post,
-                      p + g, y, ldy, row_lo, row_hi);
+                      p + g, y, ldy, row_lo, row_hi, &pf);
   }
 }
 

@@ -232,7 +232,7 @@ class LinearJsonBuilder {
   bool end_array() { return close(); }
   template <class Exception>
   bool parse_error(size_t, const std::string&, const Exception& e) {
-    throw e;
+    throw JsonSyntaxError(json_error_message(e));
   }
 
  private:
@@ -278,8 +278,16 @@ class LinearJsonBuilder {
 
 Json parse_json(std::string_view text) {
   LinearJsonBuilder builder;
-  if (!Json::sax_parse(text.begin(), text.end(), &builder)) throw std::runtime_error("invalid JSON");
+  if (!Json::sax_parse(text.begin(), text.end(), &builder)) throw JsonSyntaxError("invalid JSON");
   return builder.take();
+}
+
+std::string json_error_message(const std::exception& e) {
+  std::string_view what = e.what();
+  if (dynamic_cast<const Json::exception*>(&e) != nullptr && what.starts_with("[json.exception.")) {
+    if (const size_t end = what.find("] "); end != std::string_view::npos) what.remove_prefix(end + 2);
+  }
+  return std::string(what);
 }
 
 int json_depth(const Json& value) {

@@ -33,9 +33,18 @@ std::string json_quote(std::string_view text, bool quoted = true);
 // it; it also keeps every recursive walk over client JSON bounded.
 inline constexpr int kMaxJsonDepth = 127;
 
-// Parses JSON text keeping key order. Throws std::exception (nlohmann::json::exception for syntax errors,
-// JsonDepthError past kMaxJsonDepth) on bad input.
+// Parses JSON text keeping key order, in time linear in the text. Throws JsonSyntaxError on bad syntax,
+// JsonDepthError past kMaxJsonDepth.
 Json parse_json(std::string_view text);
+
+// A nlohmann exception's message without the library's "[json.exception.parse_error.101] " tag, for
+// messages that reach clients; other exceptions' messages as they are.
+std::string json_error_message(const std::exception& e);
+
+class JsonSyntaxError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class JsonDepthError : public std::runtime_error {
  public:

@@ -1063,7 +1063,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
     } catch (const core::Error& e) {
       throw_api_error(400, core::str_cat("structured output: ", e.what()), "invalid_grammar");
     } catch (const nlohmann::json::exception& e) {
-      throw_api_error(400, core::str_cat("structured output: ", e.what()), "invalid_grammar");
+      throw_api_error(400, core::str_cat("structured output: ", recipe::json_error_message(e)), "invalid_grammar");
     }
   } catch (...) {
     const RequestError err = request_error(flavor, route);

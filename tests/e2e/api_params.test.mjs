@@ -107,3 +107,23 @@ test('best_of below n is refused; store is accepted', async () => {
   await assert.rejects(file.client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 16, store: 'yes' }),
     (e) => e.status === 400 && e.param === 'store');
 });
+
+// A completion that ends inside a UTF-8 character counts every token and shows the cut character as
+// U+FFFD (as vLLM does), in the text and in the stream. Token 163 of the byte-level vocabulary is the
+// byte 0xE4, the lead byte of a three-byte character: forced for the only token, nothing completes it.
+test('a trailing incomplete UTF-8 byte is counted and shown as U+FFFD', async () => {
+  const req = { model: MODEL, prompt: [0, 19923, 14], max_tokens: 1, temperature: 0, ignore_eos: true,
+    logit_bias: { 163: 100 } };
+  const r = await file.client.completions.create(req);
+  assert.equal(r.usage.completion_tokens, 1);
+  assert.equal(r.choices[0].text, '\uFFFD');
+  const stream = await file.client.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let usage;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) text += c.text;
+  }
+  assert.equal(text, '\uFFFD');
+  assert.equal(usage.completion_tokens, 1);
+});

@@ -106,6 +106,43 @@ test('a body with an object of 100k keys is parsed like any other (linear parse)
   assert.equal((await ok.json()).object, 'chat.completion');
 });
 
+// Chunked framing is bounded before authentication (no key is sent: the answer is a 400, not a 401): a
+// chunk-size line that never ends, a trailer section without end, a size padded with a million zeros.
+test('chunk lines, trailers and padded sizes are bounded before authentication: 400 and close', async () => {
+  const head = 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n';
+  const cases = {
+    'an endless chunk extension': [head, `5;ext=${'e'.repeat(1 << 20)}`],
+    'an endless trailer section': [head, '0\r\n', ...Array.from({ length: 256 }, (_, i) => `X-T${i}: ${'t'.repeat(1024)}\r\n`)],
+    'a size padded with a million zeros': [head, `${'0'.repeat(1 << 20)}1\r\na\r\n0\r\n\r\n`],
+  };
+  for (const [what, chunks] of Object.entries(cases)) {
+    const { data, closed } = await rawExchange(server.port, chunks);
+    assert.equal(statusOf(data), 400, `${what}: ${data.slice(0, 300)}`);
+    assert.ok(closed, `${what}: the connection is closed`);
+  }
+  assert.equal((await get('/health')).status, 200);
+});
+
+// What a client reads never names the libraries underneath (nlohmann's "[json.exception...]" tags,
+// C++ type names): bad JSON and a schema of the wrong shape, on both protocols.
+test('error messages carry no library exception text', async () => {
+  const leaks = /json\.exception|nlohmann|std::|basic_string|what\(\)/;
+  const badJson = ['{"model":', '[1', '{"a":"\\ud800"}', `{"model":"${MODEL}","messages":[1,]}`];
+  const badSchemas = [JSON.stringify({ model: MODEL, max_tokens: 1, messages: [{ role: 'user', content: 'x' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 5 } } } }),
+    JSON.stringify({ model: MODEL, max_tokens: 1, messages: [{ role: 'user', content: 'x' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { properties: [1] } } } })];
+  for (const [path, bodies] of [['/v1/chat/completions', [...badJson, ...badSchemas]], ['/v1/messages', badJson]]) {
+    for (const body of bodies) {
+      const r = await fetch(`${server.url}${path}`, {
+        method: 'POST', headers: { 'content-type': 'application/json', 'anthropic-version': '2023-06-01', ...auth }, body });
+      const text = await r.text();
+      assert.equal(r.status, 400, `${path} ${body}: ${text}`);
+      assert.doesNotMatch(text, leaks, `${path} ${body}`);
+    }
+  }
+});
+
 // `dsinfer serve` with this key and environment: its exit code and stderr (it stops before loading).
 function serveWith(args, extraEnv = {}) {
   return new Promise((resolve, reject) => {

@@ -35,11 +35,13 @@ export function serverEnv(extra = {}) {
 }
 
 // Starts a server; resolves once it printed its ready line. `args` are extra `dsinfer serve` flags,
-// `env` extra environment variables.
-export async function startServer(args = [], { readyTimeoutMs = 300000, env: extraEnv = {} } = {}) {
+// `env` extra environment variables, `launcher` a command line the server is started through
+// (e.g. ['prlimit', '--nofile=200', '--']).
+export async function startServer(args = [], { readyTimeoutMs = 300000, env: extraEnv = {}, launcher = [] } = {}) {
   const bin = env('DSINFER_BIN');
   const model = env('DSINFER_E2E_MODEL');
-  const proc = spawn(bin, ['serve', '--model', model, '--port', '0', '--served-model-name', MODEL, ...args], {
+  const command = [...launcher, bin, 'serve', '--model', model, '--port', '0', '--served-model-name', MODEL, ...args];
+  const proc = spawn(command[0], command.slice(1), {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: serverEnv(extraEnv),
   });

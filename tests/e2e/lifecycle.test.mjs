@@ -3,9 +3,10 @@
 // and the embedded default model of a bare `dsinfer serve`.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import { startServer, MODEL, npm, env, waitFor, metrics, serverEnv } from './harness.mjs';
+import { startServer, MODEL, npm, env, waitFor, metrics, serverEnv, rawExchange, statusOf } from './harness.mjs';
 
 const OpenAI = npm('openai');
 const Anthropic = npm('@anthropic-ai/sdk');
@@ -195,4 +196,33 @@ test('a bare `dsinfer serve` generates the embedded tiny model once and serves i
   assert.equal(second.code, 0, second.err);
   assert.doesNotMatch(second.out, /generated the tiny model/, 'the cached model is reused');
   fs.rmSync(home, { recursive: true, force: true });
+});
+
+// An open-file limit below --max-connections: the server says so at start and serves at most what fits;
+// a client over that cap gets a 503 at once (before the fix every new client, /health included, hung
+// unanswered once accept() failed with EMFILE), and once connections close it serves again.
+test('an fd limit below --max-connections lowers the cap with a warning; clients over it get 503', async () => {
+  const server = await startServer(['--max-connections', '5000'], { launcher: ['prlimit', '--nofile=160:160', '--'] });
+  await waitFor(async () => /serving at most \d+/.test(server.stderr()), { what: 'the warning' });
+  const m = server.stderr().match(/serving at most (\d+)/);
+  const cap = Number(m[1]);
+  assert.ok(cap > 0 && cap < 160, `cap ${cap}`);
+  const sockets = [];
+  try {
+    for (let i = 0; i < cap; i++) {
+      sockets.push(await new Promise((resolve, reject) => {
+        const s = net.connect(server.port, '127.0.0.1', () => resolve(s));
+        s.on('error', reject);
+      }));
+    }
+    await waitFor(async () => {
+      const { data } = await rawExchange(server.port, ['GET /health HTTP/1.1\r\nHost: x\r\n\r\n'], { timeoutMs: 5000 });
+      return statusOf(data) === 503 && /too many open connections/.test(data);
+    }, { what: '503 over the cap' });
+  } finally {
+    for (const s of sockets) s.destroy();
+  }
+  await waitFor(async () => (await fetch(`${server.url}/health`)).status === 200, { what: 'served again' });
+  const { code } = await server.stop();
+  assert.equal(code, 0, server.stderr());
 });

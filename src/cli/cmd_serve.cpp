@@ -98,7 +98,7 @@ int run_serve(int argc, char** argv) {
   DSINFER_CHECK(!worker_role || args.has("router"), "dsinfer serve: --role ", role, " needs --router URL");
   DSINFER_CHECK(worker_role || (!args.has("router") && !args.has("ucx-port") && !args.has("advertise-host")),
                 "dsinfer serve: --router, --advertise-host and --ucx-port are for --role prefill|decode");
-  const int64_t ucx_port = args.get_int("ucx-port", 0, 65535);
+  [[maybe_unused]] const int64_t ucx_port = args.get_int("ucx-port", 0, 65535);
   const std::string ucx_address = args.get("ucx-address");
   DSINFER_CHECK(ucx_address == "listener" || ucx_address == "worker",
                 "dsinfer serve: --ucx-address must be listener or worker, got '", ucx_address, "'");

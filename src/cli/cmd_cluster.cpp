@@ -220,9 +220,11 @@ int run_cluster(int argc, char** argv) {
       return 1;
     }
     try {
-      router::HttpCall call;
-      if (call.request(url, "GET", "/internal/v1/workers", "", api_key) == 200) {
-        const auto j = nlohmann::json::parse(call.read_all());
+      // A deadline, so a router that accepts but hangs still lets --start-timeout end the wait.
+      const router::HttpReply r =
+          router::http_exchange(url, "GET", "/internal/v1/workers", "", api_key, std::chrono::seconds(2));
+      if (r.status == 200) {
+        const auto j = nlohmann::json::parse(r.body);
         if (j.value("prefill", 0) >= n_prefill && j.value("decode", 0) >= n_decode) break;
       }
     } catch (const std::exception&) {

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <sstream>
 
+#include "cli/api_server_flags.h"
 #include "cli/args.h"
 #include "cli/command.h"
 #include "core/error.h"
@@ -30,20 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::chrono::milliseconds seconds_of(const Args& args, const char* name) {
-  const double s = args.get_double(name);
-  DSINFER_CHECK(s > 0 && s <= 1e6, "dsinfer router: --", name, " must be in (0, 1000000] seconds, got ", s);
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-}
-
-std::vector<std::string> split_names(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+constexpr const char* kCommand = "dsinfer router";
 
 // The router's own gauges and counters (src/router/README.md "Metrics").
 void write_router_metrics(const router::RouterStats& s, server::PromWriter& w) {
@@ -124,32 +111,9 @@ int run_router(int argc, char** argv) {
             "only (no weights). Stops cleanly on SIGINT/SIGTERM.");
   args.option("model", "DIR", "model directory: config.json and tokenizer.json (weights are not read; default: the "
                               "embedded tiny model)");
-  args.option("served-model-name", "NAMES",
-              "comma-separated names that requests may give as \"model\"; the first is listed by /v1/models",
-              "dsinfer-tiny, or the model directory's name");
-  args.option("host", "ADDR", "address to listen on (0.0.0.0 for every interface)", "127.0.0.1");
-  args.option("port", "N", "TCP port (0 picks a free one; the ready line tells which)", "8000");
-  args.option("api-key", "KEY",
-              "require this key on /v1/* and /internal/* (also from $DSINFER_API_KEY); sent to the workers too");
-  args.option("max-body-bytes", "N", "largest request body; larger ones get 413", "8388608");
-  args.option("max-header-bytes", "N", "largest request head; larger ones get 431", "16384");
-  args.option("max-prompt-tokens", "N", "longest prompt in tokens (0: what the context allows)", "0");
-  args.option("max-tokens", "N", "cap on a request's max_tokens; explicit larger values get 400 (0: the context)", "0");
-  args.option("max-concurrent-requests", "N", "generation requests in flight; beyond it 429 with Retry-After", "1024");
-  args.option("max-connections", "N", "open connections; beyond it new ones get 503", "16384");
-  args.option("retry-after", "SECONDS", "Retry-After sent with 429", "1");
-  args.option("header-timeout", "SECONDS", "time for a request's head to arrive once it started", "10");
-  args.option("body-timeout", "SECONDS", "time for a request's body to arrive after its head", "60");
-  args.option("idle-timeout", "SECONDS", "keep-alive connections idle this long are closed", "60");
-  args.option("write-timeout", "SECONDS", "a client that reads nothing for this long is dropped", "60");
-  args.option("shutdown-timeout", "SECONDS", "on SIGINT/SIGTERM, time in-flight requests get to finish", "30");
-  args.option("io-threads", "N", "threads for network I/O and streaming output", "2");
-  args.option("prep-threads", "N", "threads that convert, render and encode incoming requests", "2");
-  args.option("prompt-version", "v4|v41", "prompt template: V4 or V4.1", "v4");
-  args.flag("no-thinking", "requests that do not choose get thinking mode off (default: on)");
-  args.flag("deepseek-usage-chunk", "streamed Chat Completions carry usage on the finish chunk (as `serve`)");
-  args.option("responses-store-ttl", "SECONDS", "Responses API: how long a stored response is kept", "3600");
-  args.option("responses-store-bytes", "N", "Responses API: memory for stored responses (0: store none)", "268435456");
+  add_api_server_flags(args,
+                       "require this key on /v1/* and /internal/* (also from $DSINFER_API_KEY); sent to the workers "
+                       "too");
   args.option("lease", "SECONDS", "a worker that sends no heartbeat for this long leaves the pool", "3");
   args.option("prefill-buckets", "BOUNDS", "prompt-length bucket bounds of the prefill queue (K = 1024)",
               "16K,64K,256K");
@@ -171,53 +135,21 @@ int run_router(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   server::ServeSignals signal_watch(signals);
 
-  server::ApiServerOptions opt;
-  opt.host = args.get("host");
-  const int64_t port = args.get_int("port", 0, 65535);
-  opt.port = static_cast<uint16_t>(port);
-  const char* env_key = std::getenv("DSINFER_API_KEY");
-  if (auto key = args.get_optional("api-key")) opt.api_key = *key;
-  else if (env_key) opt.api_key = env_key;
-  if (args.has("api-key") || env_key) {
-    const std::string problem = server::api_key_problem(opt.api_key);
-    DSINFER_CHECK(problem.empty(), "dsinfer router: the API key ", problem);
-  }
-  opt.http.max_body_bytes = static_cast<size_t>(args.get_int("max-body-bytes", 1, int64_t{1} << 36));
-  opt.http.max_header_bytes = static_cast<size_t>(args.get_int("max-header-bytes", 1024, int64_t{1} << 24));
-  opt.http.max_connections = static_cast<size_t>(args.get_int("max-connections", 1, int64_t{1} << 24));
-  opt.http.header_timeout = seconds_of(args, "header-timeout");
-  opt.http.body_timeout = seconds_of(args, "body-timeout");
-  opt.http.idle_timeout = seconds_of(args, "idle-timeout");
-  opt.http.write_timeout = seconds_of(args, "write-timeout");
-  opt.max_prompt_tokens = args.get_int("max-prompt-tokens", 0, INT32_MAX);
-  opt.max_output_tokens = args.get_int("max-tokens", 0, INT32_MAX);
-  opt.max_concurrent_requests = static_cast<int>(args.get_int("max-concurrent-requests", 1, int64_t{1} << 24));
-  opt.retry_after_seconds = static_cast<int>(args.get_int("retry-after", 0, 86400));
-  opt.io_threads = static_cast<int>(args.get_int("io-threads", 1, 1024));
-  opt.prep_threads = static_cast<int>(args.get_int("prep-threads", 1, 1024));
-  const std::string pv = args.get("prompt-version");
-  DSINFER_CHECK(pv == "v4" || pv == "v41" || pv == "v4.1", "dsinfer router: --prompt-version must be v4 or v41");
-  opt.prompt_version = pv == "v4" ? recipe::PromptVersion::kV4 : recipe::PromptVersion::kV41;
-  opt.conversion.default_thinking_mode = !args.has("no-thinking");
-  opt.separate_usage_chunk = !args.has("deepseek-usage-chunk");
-  opt.responses_store_ttl = seconds_of(args, "responses-store-ttl");
-  opt.responses_store_bytes = args.get_int("responses-store-bytes", 0, int64_t{1} << 40);
-  const auto drain = seconds_of(args, "shutdown-timeout");
+  const ApiServerFlags api_flags = read_api_server_flags(args, kCommand);
+  server::ApiServerOptions opt = api_flags.options;
+  const auto drain = api_flags.drain;
 
   std::string model_dir;
   std::string default_name;
   if (auto dir = args.get_optional("model")) {
     model_dir = *dir;
     DSINFER_CHECK(fs::is_directory(model_dir), "dsinfer router: --model ", model_dir, " is not a directory");
-    default_name = fs::path(model_dir).lexically_normal().filename().string();
-    if (default_name.empty() || default_name == ".")
-      default_name = fs::path(model_dir).lexically_normal().parent_path().filename().string();
+    default_name = model_dir_name(model_dir);
   } else {
     default_name = server::kDefaultModelName;
     model_dir = server::ensure_default_model(nullptr).dir;
   }
-  opt.model_names = split_names(args.get_optional("served-model-name").value_or(""));
-  if (!args.has("served-model-name") || opt.model_names.empty()) opt.model_names = {default_name};
+  opt.model_names = served_model_names(args, default_name);
 
   const model::ModelConfig config = model::ModelConfig::load((fs::path(model_dir) / "config.json").string());
   fs::path tok_path = fs::path(model_dir) / "tokenizer.json";
@@ -231,14 +163,14 @@ int run_router(int argc, char** argv) {
   ropt.max_context = config.max_position_embeddings;
   ropt.eos_token_id = static_cast<int32_t>(config.eos_token_id);
   ropt.api_key = opt.api_key;
-  ropt.lease = seconds_of(args, "lease");
+  ropt.lease = seconds_flag(args, "lease", kCommand);
   ropt.prefill.bucket_bounds = router::parse_bucket_bounds(args.get("prefill-buckets"));
   ropt.prefill_quota_tokens = args.get_int("prefill-quota-tokens", 1, int64_t{1} << 40);
   ropt.count_weight = args.get_double("count-weight");
   DSINFER_CHECK(ropt.count_weight >= 0 && ropt.count_weight <= 1, "dsinfer router: --count-weight must be in [0, 1]");
   ropt.reserve_output_tokens = args.get_int("reserve-output-tokens", 1, int64_t{1} << 40);
   ropt.max_failovers = static_cast<int>(args.get_int("max-failovers", 0, 1000));
-  ropt.queue_timeout = seconds_of(args, "queue-timeout");
+  ropt.queue_timeout = seconds_flag(args, "queue-timeout", kCommand);
   ropt.max_queue = static_cast<int32_t>(args.get_int("max-queue", 1, INT32_MAX));
   auto eng = std::make_unique<router::RemoteEngine>(ropt);
   router::RemoteEngine* eng_ptr = eng.get();

@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <sstream>
 #include <span>
 #include <vector>
 
+#include "cli/api_server_flags.h"
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/common_flags.h"
@@ -38,24 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> split_names(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-// Bounded so that the conversion to milliseconds cannot overflow (a million seconds is 11 days).
-std::chrono::milliseconds seconds_flag(const Args& args, const char* name) {
-  const double s = args.get_double(name);
-  DSINFER_CHECK(s > 0 && s <= 1e6, "dsinfer serve: --", name, " must be in (0, 1000000] seconds, got ", s);
-  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-}
-
-constexpr int64_t kInt32Max = INT32_MAX;
-
 [[maybe_unused]] std::string tokenizer_path_for(const std::string& model_dir) {
   const fs::path own = fs::path(model_dir) / "tokenizer.json";
   if (fs::is_regular_file(own)) return own.string();
@@ -71,42 +53,9 @@ int run_serve(int argc, char** argv) {
             "SIGINT/SIGTERM (a second signal cancels what is still running).");
   add_model_flags(args, "checkpoint directory (config.json, *.safetensors, tokenizer.json; default: the embedded tiny "
                         "model)");
-  args.option("served-model-name", "NAMES",
-              "comma-separated names that requests may give as \"model\"; the first is listed by /v1/models",
-              "dsinfer-tiny, or the model directory's name");
-  args.option("host", "ADDR", "address to listen on (0.0.0.0 for every interface)", "127.0.0.1");
-  args.option("port", "N", "TCP port (0 picks a free one; the ready line tells which)", "8000");
-  args.option("api-key", "KEY",
-              "require this key on /v1/* as 'Authorization: Bearer KEY' or 'x-api-key: KEY' (also from "
-              "$DSINFER_API_KEY)");
-  args.option("max-body-bytes", "N", "largest request body; larger ones get 413", "8388608");
-  args.option("max-header-bytes", "N", "largest request head; larger ones get 431", "16384");
-  args.option("max-prompt-tokens", "N", "longest prompt in tokens (0: what the context allows)", "0");
-  args.option("max-tokens", "N", "cap on a request's max_tokens; explicit larger values get 400 (0: the context)", "0");
-  args.option("max-concurrent-requests", "N", "generation requests in flight; beyond it 429 with Retry-After", "1024");
-  args.option("max-connections", "N", "open connections; beyond it new ones get 503", "16384");
-  args.option("retry-after", "SECONDS", "Retry-After sent with 429", "1");
-  args.option("header-timeout", "SECONDS", "time for a request's head to arrive once it started (slow clients get 408)",
-              "10");
-  args.option("body-timeout", "SECONDS", "time for a request's body to arrive after its head", "60");
-  args.option("idle-timeout", "SECONDS", "keep-alive connections idle this long are closed", "60");
-  args.option("write-timeout", "SECONDS", "a client that reads nothing for this long is dropped (its request cancelled)",
-              "60");
-  args.option("shutdown-timeout", "SECONDS", "on SIGINT/SIGTERM, time in-flight requests get to finish", "30");
-  args.option("io-threads", "N", "threads for network I/O and streaming output", "2");
-  args.option("prep-threads", "N", "threads that convert, render and encode incoming requests", "2");
-  args.option("prompt-version", "v4|v41", "prompt template: V4 or V4.1", "v4");
-  args.flag("no-thinking", "requests that do not choose get thinking mode off (default: on, as deepseek-recipe)");
-  args.flag("deepseek-usage-chunk",
-            "streamed Chat Completions carry usage on the finish chunk, always (DeepSeek's API); default: OpenAI's "
-            "separate last chunk with \"choices\":[], only with stream_options.include_usage");
-  args.option("responses-store-ttl", "SECONDS",
-              "Responses API: how long a stored response (store: true, the default) can be continued with "
-              "previous_response_id or read with GET /v1/responses/{id}",
-              "3600");
-  args.option("responses-store-bytes", "N",
-              "Responses API: memory for stored responses; beyond it the least recently used go (0: store none)",
-              "268435456");
+  add_api_server_flags(args,
+                       "require this key on /v1/* as 'Authorization: Bearer KEY' or 'x-api-key: KEY' (also from "
+                       "$DSINFER_API_KEY)");
   args.option("role", "colocated|prefill|decode",
               "colocated: serve requests whole (the default). prefill / decode: a worker of a disaggregated "
               "cluster (needs --router): it serves /internal/v1/ for the router, registers and heartbeats "
@@ -139,41 +88,9 @@ int run_serve(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   server::ServeSignals signal_watch(signals);
 
-  server::ApiServerOptions opt;
-  opt.host = args.get("host");
-  const int64_t port = args.get_int("port");
-  DSINFER_CHECK(port >= 0 && port <= 65535, "dsinfer serve: --port must be in [0, 65535], got ", port);
-  opt.port = static_cast<uint16_t>(port);
-  const char* env_key = std::getenv("DSINFER_API_KEY");
-  if (auto key = args.get_optional("api-key")) opt.api_key = *key;
-  else if (env_key) opt.api_key = env_key;
-  if (args.has("api-key") || env_key) {  // a key that was meant to be set must be one a client can send
-    const std::string problem = server::api_key_problem(opt.api_key);
-    DSINFER_CHECK(problem.empty(), "dsinfer serve: ", args.has("api-key") ? "--api-key" : "$DSINFER_API_KEY", " ",
-                  problem);
-  }
-  opt.http.max_body_bytes = static_cast<size_t>(args.get_int("max-body-bytes", 1, int64_t{1} << 36));
-  opt.http.max_header_bytes = static_cast<size_t>(args.get_int("max-header-bytes", 1024, int64_t{1} << 24));
-  opt.http.max_connections = static_cast<size_t>(args.get_int("max-connections", 1, int64_t{1} << 24));
-  opt.http.header_timeout = seconds_flag(args, "header-timeout");
-  opt.http.body_timeout = seconds_flag(args, "body-timeout");
-  opt.http.idle_timeout = seconds_flag(args, "idle-timeout");
-  opt.http.write_timeout = seconds_flag(args, "write-timeout");
-  opt.max_prompt_tokens = args.get_int("max-prompt-tokens", 0, kInt32Max);
-  opt.max_output_tokens = args.get_int("max-tokens", 0, kInt32Max);
-  opt.max_concurrent_requests = static_cast<int>(args.get_int("max-concurrent-requests", 1, int64_t{1} << 24));
-  opt.retry_after_seconds = static_cast<int>(args.get_int("retry-after", 0, 86400));
-  opt.io_threads = static_cast<int>(args.get_int("io-threads", 1, 1024));
-  opt.prep_threads = static_cast<int>(args.get_int("prep-threads", 1, 1024));
-  const std::string pv = args.get("prompt-version");
-  DSINFER_CHECK(pv == "v4" || pv == "v41" || pv == "v4.1", "dsinfer serve: --prompt-version must be v4 or v41, got '",
-                pv, "'");
-  opt.prompt_version = pv == "v4" ? recipe::PromptVersion::kV4 : recipe::PromptVersion::kV41;
-  opt.conversion.default_thinking_mode = !args.has("no-thinking");
-  opt.separate_usage_chunk = !args.has("deepseek-usage-chunk");
-  opt.responses_store_ttl = seconds_flag(args, "responses-store-ttl");
-  opt.responses_store_bytes = args.get_int("responses-store-bytes", 0, int64_t{1} << 40);
-  const auto drain = seconds_flag(args, "shutdown-timeout");
+  const ApiServerFlags api_flags = read_api_server_flags(args, "dsinfer serve");
+  server::ApiServerOptions opt = api_flags.options;
+  const auto drain = api_flags.drain;
   const std::string role = args.get("role");
   DSINFER_CHECK(role == "colocated" || role == "prefill" || role == "decode",
                 "dsinfer serve: --role must be colocated, prefill or decode, got '", role, "'");
@@ -181,11 +98,11 @@ int run_serve(int argc, char** argv) {
   DSINFER_CHECK(!worker_role || args.has("router"), "dsinfer serve: --role ", role, " needs --router URL");
   DSINFER_CHECK(worker_role || (!args.has("router") && !args.has("ucx-port") && !args.has("advertise-host")),
                 "dsinfer serve: --router, --advertise-host and --ucx-port are for --role prefill|decode");
-  const int64_t ucx_port = args.get_int("ucx-port", 0, 65535);
+  [[maybe_unused]] const int64_t ucx_port = args.get_int("ucx-port", 0, 65535);
   const std::string ucx_address = args.get("ucx-address");
   DSINFER_CHECK(ucx_address == "listener" || ucx_address == "worker",
                 "dsinfer serve: --ucx-address must be listener or worker, got '", ucx_address, "'");
-  const auto handoff_timeout = seconds_flag(args, "handoff-timeout");
+  const auto handoff_timeout = seconds_flag(args, "handoff-timeout", "dsinfer serve");
 #if !DSINFER_HAVE_DISAGG
   DSINFER_CHECK(!worker_role, "dsinfer serve: --role ", role,
                 " needs the disagg part, which this build lacks (libucx-dev was not found)");
@@ -210,9 +127,7 @@ int run_serve(int argc, char** argv) {
   if (!model_flags.dir.empty()) {
     model_dir = model_flags.dir;
     DSINFER_CHECK(fs::is_directory(model_dir), "dsinfer serve: --model ", model_dir, " is not a directory");
-    default_name = fs::path(model_dir).lexically_normal().filename().string();
-    if (default_name.empty() || default_name == ".")
-      default_name = fs::path(model_dir).lexically_normal().parent_path().filename().string();
+    default_name = model_dir_name(model_dir);
   } else {
     default_name = server::kDefaultModelName;
     const std::string dir = server::default_model_dir();
@@ -224,8 +139,7 @@ int run_serve(int argc, char** argv) {
     if (made.created) std::printf("dsinfer serve: generated the tiny model in %s\n", made.dir.c_str());
     model_dir = made.dir;
   }
-  opt.model_names = split_names(args.get_optional("served-model-name").value_or(""));
-  if (!args.has("served-model-name") || opt.model_names.empty()) opt.model_names = {default_name};
+  opt.model_names = served_model_names(args, default_name);
 
 #if !DSINFER_ENGINE_HAVE_V4
   core::fail("dsinfer serve: this build has no DeepSeek-V4 engine (src/engine/deepseek_v4)");

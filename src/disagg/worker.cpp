@@ -12,10 +12,12 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "core/log.h"
-#include "disagg/http_client.h"
-#include "disagg/worker_protocol.h"
+#include "router/http_client.h"
+#include "router/worker_protocol.h"
 #include "server/api_errors.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -97,7 +99,7 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     }
     worker_id = core::str_cat(role_name(opt.role), "-", opt.advertise_host, ":", opt.http_port, "-", ::getpid());
     if (!opt.router_url.empty()) {
-      const HttpUrl url = parse_http_url(opt.router_url);  // a bad URL stops the start
+      const router::HttpUrl url = router::parse_http_url(opt.router_url);  // a bad URL stops the start
       heartbeat_thread = std::thread([this, url] { heartbeat_loop(url); });
     }
   }
@@ -254,29 +256,31 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
 
   std::string heartbeat_body() const {
     const engine::EngineMetrics m = engine.metrics();
-    WireJson j{{"id", worker_id},
-               {"role", role_name(opt.role)},
-               {"url", core::str_cat("http://", opt.advertise_host.find(':') != std::string::npos
-                                                    ? "[" + opt.advertise_host + "]"
-                                                    : opt.advertise_host,
-                                     ":", opt.http_port)},
-               {"ucx_address", address},
-               {"capacity", {{"max_running", opt.max_running}, {"kv_tokens", opt.kv_tokens}}},
-               {"load",
-                {{"running", m.running},
-                 {"waiting", m.waiting},
-                 {"kv_tokens_used", m.kv_bytes_used / std::max<int64_t>(1, opt.kv_bytes_per_token)}}}};
-    return j.dump();
+    router::Heartbeat h;
+    h.id = worker_id;
+    h.prefill = opt.role == WorkerRole::kPrefill;
+    h.url = core::str_cat("http://",
+                          opt.advertise_host.find(':') != std::string::npos ? "[" + opt.advertise_host + "]"
+                                                                              : opt.advertise_host,
+                          ":", opt.http_port);
+    h.ucx_address = address;
+    h.max_running = opt.max_running;
+    h.kv_tokens = opt.kv_tokens;
+    h.running = m.running;
+    h.waiting = m.waiting;
+    h.kv_tokens_used = m.kv_bytes_used / std::max<int64_t>(1, opt.kv_bytes_per_token);
+    return router::heartbeat_json(h);
   }
 
   // A router that is down is retried every interval; the first failure and the recovery are logged.
-  void heartbeat_loop(const HttpUrl& url) {
+  void heartbeat_loop(const router::HttpUrl& url) {
     bool failing = false;
     while (true) {
       std::string problem;
       try {
-        const HttpReply r = http_post_json(url, "/internal/v1/workers/heartbeat", heartbeat_body(), opt.api_key,
-                                           std::max(opt.heartbeat_interval, std::chrono::milliseconds(1000)));
+        const router::HttpReply r =
+            router::http_exchange(url, "POST", "/internal/v1/workers/heartbeat", heartbeat_body(), opt.api_key,
+                                  std::max(opt.heartbeat_interval, std::chrono::milliseconds(1000)));
         if (r.status != 200) problem = core::str_cat("HTTP ", r.status, ": ", r.body.substr(0, 200));
       } catch (const std::exception& e) {
         problem = e.what();
@@ -311,7 +315,7 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
         ready = !stopping;
       }
       return ex->respond(ready ? 200 : 503, "application/json",
-                         WireJson{{"role", role_name(opt.role)}, {"ready", ready}, {"id", worker_id},
+                         nlohmann::json{{"role", role_name(opt.role)}, {"ready", ready}, {"id", worker_id},
                                   {"ucx_address", address}}
                              .dump());
     }
@@ -322,9 +326,9 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     if (prefill_path != (opt.role == WorkerRole::kPrefill)) {
       return reply_error(ex, 404, core::str_cat("this is a ", role_name(opt.role), " worker: no ", req.path));
     }
-    HandoffRequest r;
+    router::HandoffRequest r;
     try {
-      r = handoff_request_from_json(WireJson::parse(ex->take_body()), decode_path);
+      r = router::parse_handoff_request(ex->take_body(), decode_path);
       if (prefill_path) {
         DSINFER_CHECK(!r.decode_ucx_address.empty(), "field \"decode_ucx_address\" is required");
       }
@@ -335,8 +339,8 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     decode(ex, std::move(r));
   }
 
-  void prefill(const std::shared_ptr<server::Exchange>& ex, HandoffRequest r) {
-    engine::RequestSpec spec = to_spec(r);
+  void prefill(const std::shared_ptr<server::Exchange>& ex, router::HandoffRequest r) {
+    engine::RequestSpec spec = router::to_spec(r);
     spec.export_state = true;
     struct Acc {
       std::vector<int32_t> tokens;
@@ -360,23 +364,23 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
         o.deadline = o.started + self->opt.handoff_timeout;
         if (!self->post_offer(std::move(o))) return reply_error(ex, 503, "the worker is shutting down");
       }
-      const int32_t first = acc->tokens.empty() ? ev.matched_stop_token : acc->tokens.front();
-      WireJson j{{"first_token", first},
-                 {"finish", handoff ? "none" : finish_name(ev.finish)},
-                 {"matched_stop_token", ev.matched_stop_token},
-                 {"logprobs", acc->logprobs.empty() ? WireJson(nullptr) : logprobs_to_json(acc->logprobs.front())},
-                 {"prompt_tokens", ev.prompt_tokens},  // without output_in_prompt
-                 {"cached_tokens", ev.cached_tokens},
-                 {"state_bytes", handoff ? ev.exported_state->size() : 0}};
-      ex->respond(200, "application/json", j.dump());
+      router::PrefillReply reply;
+      reply.first_token = acc->tokens.empty() ? ev.matched_stop_token : acc->tokens.front();
+      reply.finish = handoff ? engine::FinishReason::kNone : ev.finish;
+      reply.matched_stop_token = ev.matched_stop_token;
+      if (!acc->logprobs.empty()) reply.logprobs = acc->logprobs.front();
+      reply.prompt_tokens = ev.prompt_tokens;  // without output_in_prompt
+      reply.cached_tokens = ev.cached_tokens;
+      reply.state_bytes = handoff ? static_cast<int64_t>(ev.exported_state->size()) : 0;
+      ex->respond(200, "application/json", router::prefill_reply_json(reply));
     };
     const engine::SubmitResult res = engine.submit(std::move(spec), std::move(on_event));
     if (res.status != engine::SubmitStatus::kAccepted) return reply_error(ex, status_for(res.status), res.message);
     ex->on_disconnect([self, id = res.id] { self->engine.cancel(id); });
   }
 
-  void decode(const std::shared_ptr<server::Exchange>& ex, HandoffRequest r) {
-    engine::RequestSpec spec = to_spec(r);
+  void decode(const std::shared_ptr<server::Exchange>& ex, router::HandoffRequest r) {
+    engine::RequestSpec spec = router::to_spec(r);
     spec.prompt_ids.push_back(r.first_token);
     auto self = shared_from_this();
     Claim c;
@@ -400,19 +404,18 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
           ex->start_stream(200, "application/x-ndjson");
         }
         if (!ev.tokens.empty()) {
-          WireJson lps = nullptr;
-          if (!ev.logprobs.empty()) {
-            lps = WireJson::array();
-            for (const auto& lp : ev.logprobs) lps.push_back(logprobs_to_json(lp));
-          }
-          ex->write(WireJson{{"tokens", ev.tokens}, {"logprobs", lps}}.dump() + "\n");
+          router::DecodeLine d;
+          d.tokens = ev.tokens;
+          d.logprobs = ev.logprobs;
+          ex->write(router::decode_line_json(d));
         }
         if (ev.finish != engine::FinishReason::kNone) {
-          ex->write(WireJson{{"finish", finish_name(ev.finish)},
-                             {"matched_stop_token", ev.matched_stop_token},
-                             {"error", ev.error}}
-                        .dump() +
-                    "\n");
+          router::DecodeLine d;
+          d.last = true;
+          d.finish = ev.finish;
+          d.matched_stop_token = ev.matched_stop_token;
+          d.error = ev.error;
+          ex->write(router::decode_line_json(d));
           ex->end_stream();
         }
       };

@@ -2,8 +2,10 @@
 
 #include <sys/socket.h>
 
+#include <condition_variable>
 #include <limits>
 #include <optional>
+#include <thread>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -133,6 +135,37 @@ std::string HttpCall::read_all() {
   while (read_some(out)) {
   }
   return out;
+}
+
+HttpReply http_exchange(const HttpUrl& url, const std::string& method, const std::string& path,
+                        const std::string& body, const std::string& api_key, std::chrono::milliseconds timeout) {
+  HttpCall call;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  // Blocking socket calls have no deadline of their own: a watchdog cancels the call when time is up.
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, timeout, [&] { return done; })) call.cancel();
+  });
+  auto finish = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+  };
+  HttpReply reply;
+  try {
+    reply.status = call.request(url, method, path, body, api_key);
+    reply.body = call.read_all();
+  } catch (...) {
+    finish();
+    throw;
+  }
+  finish();
+  return reply;
 }
 
 }  // namespace dsinfer::router

@@ -1,8 +1,10 @@
-// A blocking HTTP/1.1 client call for the router's traffic to its workers (Boost.Beast): one connection
-// per call, run on the request's own thread. cancel() from any other thread shuts the socket down, so a
-// call blocked reading a worker that died, hangs or was dropped from the pool returns at once.
+// The cluster's one blocking HTTP/1.1 client (Boost.Beast): the router's traffic to its workers, the
+// workers' heartbeats to the router, `dsinfer cluster` waiting for its router. One connection per call,
+// run on the caller's thread. cancel() from any other thread shuts the socket down, so a call blocked
+// reading a worker that died, hangs or was dropped from the pool returns at once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,5 +50,14 @@ class HttpCall {
   struct State;
   std::unique_ptr<State> s_;
 };
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+// One whole exchange (a control message, not a stream) that gives up after `timeout`: the call is
+// cancelled then. Throws TransportError when the server cannot be reached, breaks off or is too slow.
+HttpReply http_exchange(const HttpUrl& url, const std::string& method, const std::string& path,
+                        const std::string& body, const std::string& api_key, std::chrono::milliseconds timeout);
 
 }  // namespace dsinfer::router

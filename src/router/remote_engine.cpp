@@ -263,7 +263,8 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
   }
 
   // 2. The prefill: the prompt and the first token; the worker then serves the state to the decode worker.
-  const RequestProgress before = r.progress;
+  HandoffRequest handoff = handoff_request(r.spec, r.progress, transfer);
+  handoff.decode_ucx_address = decode_ucx;
   PrefillReply reply;
   std::string request_error;  // a 4xx: the request itself is wrong, no worker would take it
   {
@@ -274,7 +275,7 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
     std::string transport_error;
     try {
       status = call.request(parse_http_url(prefill_url), "POST", "/internal/v1/prefill",
-                            prefill_request_json(r.spec, before, transfer, decode_ucx), options_.api_key);
+                            handoff_request_json(handoff, /*decode=*/false), options_.api_key);
       body = call.read_all();
     } catch (const TransportError& e) {
       transport_error = e.what();
@@ -342,6 +343,7 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
     decode_id = r.decode_worker;
     r.phase = Phase::kDecode;
   }
+  handoff.first_token = reply.first_token;
   HttpCall call;
   if (!attach(r, &call)) return Attempt::kRetry;
   std::string failure;
@@ -349,7 +351,7 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
   bool unreachable = false;  // the connection failed or broke: the worker is presumed dead
   try {
     const int status = call.request(parse_http_url(decode_url), "POST", "/internal/v1/decode",
-                                    decode_request_json(r.spec, before, transfer, reply.first_token), options_.api_key);
+                                    handoff_request_json(handoff, /*decode=*/true), options_.api_key);
     if (status != 200) {
       failure = core::str_cat("answered ", status, ": ", error_message(call.read_all(), status));
     } else {

@@ -9,9 +9,37 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The protocol's name for "trailing tokens of prompt_ids that are output already" (penalties count them,
-// sampling positions continue after them).
-constexpr const char* kGeneratedBefore = "generated_before";
+Json parse_object(std::string_view text, const char* what) {
+  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  DSINFER_CHECK(j.is_object(), "malformed ", what, " (not a JSON object): ", std::string(text.substr(0, 200)));
+  return j;
+}
+
+// Fields by name, so a message that is wrong is refused naming the field.
+template <class T>
+T field(const Json& j, const char* name, T fallback) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const Json::exception& e) {
+    core::fail("field \"", name, "\": ", e.what());
+  }
+}
+
+template <class T>
+T required(const Json& j, const char* name) {
+  auto it = j.find(name);
+  DSINFER_CHECK(it != j.end() && !it->is_null(), "field \"", name, "\" is required");
+  return field<T>(j, name, T{});
+}
+
+int64_t int_field(const Json& j, const char* name, int64_t fallback) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return fallback;
+  DSINFER_CHECK(it->is_number_integer(), "field \"", name, "\" is not an integer");
+  return it->get<int64_t>();
+}
 
 Json sampling_json(const engine::SamplingParams& s) {
   Json bias = Json::array();
@@ -29,41 +57,47 @@ Json sampling_json(const engine::SamplingParams& s) {
               {"top_logprobs", s.top_logprobs}};
 }
 
-Json common_json(const engine::RequestSpec& spec, const RequestProgress& progress, uint64_t transfer) {
-  return Json{{"transfer", transfer},
-              {"prompt_ids", progress.next_prompt(spec.prompt_ids)},
-              {kGeneratedBefore, progress.generated.size()},
-              {"sampling", sampling_json(spec.sampling)},
-              {"stop_token_ids", spec.stop_token_ids},
-              {"ignore_eos", spec.ignore_eos},
-              {"max_tokens", progress.remaining(spec.max_tokens)},
-              {"traffic_class", spec.traffic_class}};
+engine::SamplingParams sampling_from(const Json& j) {
+  DSINFER_CHECK(j.is_object(), "\"sampling\" must be an object");
+  engine::SamplingParams s;
+  s.temperature = field<float>(j, "temperature", s.temperature);
+  s.top_p = field<float>(j, "top_p", s.top_p);
+  s.top_k = field<int32_t>(j, "top_k", s.top_k);
+  s.min_p = field<float>(j, "min_p", s.min_p);
+  s.seed = field<uint64_t>(j, "seed", s.seed);
+  s.stream_key = field<uint64_t>(j, "stream_key", s.stream_key);
+  s.presence_penalty = field<float>(j, "presence_penalty", s.presence_penalty);
+  s.frequency_penalty = field<float>(j, "frequency_penalty", s.frequency_penalty);
+  s.repetition_penalty = field<float>(j, "repetition_penalty", s.repetition_penalty);
+  s.top_logprobs = field<int32_t>(j, "top_logprobs", s.top_logprobs);
+  if (auto it = j.find("logit_bias"); it != j.end() && !it->is_null()) {
+    DSINFER_CHECK(it->is_array(), "\"logit_bias\" must be an array of [id, bias]");
+    for (const Json& pair : *it) {
+      DSINFER_CHECK(pair.is_array() && pair.size() == 2 && pair[0].is_number_integer() && pair[1].is_number(),
+                    "\"logit_bias\" entries must be [id, bias]");
+      s.logit_bias.emplace_back(pair[0].get<int32_t>(), pair[1].get<float>());
+    }
+  }
+  return s;
 }
 
-Json parse_object(std::string_view text, const char* what) {
-  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  DSINFER_CHECK(j.is_object(), "router: malformed ", what, " from a worker: ", std::string(text.substr(0, 200)));
-  return j;
+// One token's logprobs: {"logprob": x, "top": [[id, logprob], ...]}.
+Json logprobs_json(const engine::TokenLogprobs& lp) {
+  Json top = Json::array();
+  for (const auto& t : lp.top) top.push_back(Json::array({t.token, t.logprob}));
+  return Json{{"logprob", lp.logprob}, {"top", std::move(top)}};
 }
 
-int64_t int_field(const Json& j, const char* name, int64_t fallback) {
-  auto it = j.find(name);
-  if (it == j.end() || it->is_null()) return fallback;
-  DSINFER_CHECK(it->is_number_integer(), "router: worker field '", name, "' is not an integer");
-  return it->get<int64_t>();
-}
-
-// One token's logprobs: {"logprob": x, "top": [{"token": t, "logprob": l}, ...]} ([t, l] pairs accepted too).
 engine::TokenLogprobs logprobs_from(const Json& j) {
-  DSINFER_CHECK(j.is_object() && j.contains("logprob") && j["logprob"].is_number(),
-                "router: malformed logprobs from a worker");
+  DSINFER_CHECK(j.is_object() && j.contains("logprob") && j["logprob"].is_number(), "malformed logprobs");
   engine::TokenLogprobs out;
   out.logprob = j["logprob"].get<float>();
-  if (auto it = j.find("top"); it != j.end() && it->is_array()) {
+  if (auto it = j.find("top"); it != j.end() && !it->is_null()) {
+    DSINFER_CHECK(it->is_array(), "malformed top logprobs");
     for (const Json& e : *it) {
-      if (e.is_array() && e.size() == 2) out.top.push_back({e[0].get<int32_t>(), e[1].get<float>()});
-      else if (e.is_object()) out.top.push_back({e.at("token").get<int32_t>(), e.at("logprob").get<float>()});
-      else core::fail("router: malformed top logprob from a worker");
+      DSINFER_CHECK(e.is_array() && e.size() == 2 && e[0].is_number_integer() && e[1].is_number(),
+                    "top logprobs must be [id, logprob] pairs");
+      out.top.push_back({e[0].get<int32_t>(), e[1].get<float>()});
     }
   }
   return out;
@@ -77,22 +111,70 @@ std::vector<int32_t> RequestProgress::next_prompt(const std::vector<int32_t>& pr
   return out;
 }
 
-int32_t RequestProgress::remaining(int32_t max_tokens) const {
-  return max_tokens - static_cast<int32_t>(generated.size());
+HandoffRequest handoff_request(const engine::RequestSpec& spec, const RequestProgress& progress, uint64_t transfer) {
+  HandoffRequest r;
+  r.transfer = transfer;
+  r.prompt_ids = progress.next_prompt(spec.prompt_ids);
+  r.sampling = spec.sampling;
+  r.stop_token_ids = spec.stop_token_ids;
+  r.ignore_eos = spec.ignore_eos;
+  // The whole request's budget: the worker counts output_in_prompt toward it (RequestSpec).
+  r.max_tokens = spec.max_tokens;
+  r.traffic_class = spec.traffic_class;
+  r.output_in_prompt = spec.output_in_prompt + static_cast<int32_t>(progress.generated.size());
+  return r;
 }
 
-std::string prefill_request_json(const engine::RequestSpec& spec, const RequestProgress& progress, uint64_t transfer,
-                                 const std::string& decode_ucx_address) {
-  Json j = common_json(spec, progress, transfer);
-  j["decode_ucx_address"] = decode_ucx_address;
+std::string handoff_request_json(const HandoffRequest& r, bool decode) {
+  Json j{{"transfer", r.transfer},
+         {"prompt_ids", r.prompt_ids},
+         {"sampling", sampling_json(r.sampling)},
+         {"stop_token_ids", r.stop_token_ids},
+         {"ignore_eos", r.ignore_eos},
+         {"max_tokens", r.max_tokens},
+         {"traffic_class", r.traffic_class},
+         {"output_in_prompt", r.output_in_prompt}};
+  if (decode) {
+    j["first_token"] = r.first_token;
+  } else {
+    j["decode_ucx_address"] = r.decode_ucx_address;
+  }
   return j.dump();
 }
 
-std::string decode_request_json(const engine::RequestSpec& spec, const RequestProgress& progress, uint64_t transfer,
-                                int32_t first_token) {
-  Json j = common_json(spec, progress, transfer);
-  j["first_token"] = first_token;
-  return j.dump();
+HandoffRequest parse_handoff_request(std::string_view body, bool decode) {
+  const Json j = parse_object(body, decode ? "decode request" : "prefill request");
+  HandoffRequest r;
+  r.transfer = required<uint64_t>(j, "transfer");
+  DSINFER_CHECK(r.transfer < kMaxTransferId, "\"transfer\" must be below 2^56");
+  r.prompt_ids = required<std::vector<int32_t>>(j, "prompt_ids");
+  DSINFER_CHECK(!r.prompt_ids.empty(), "\"prompt_ids\" is empty");
+  if (auto it = j.find("sampling"); it != j.end() && !it->is_null()) r.sampling = sampling_from(*it);
+  r.stop_token_ids = field<std::vector<int32_t>>(j, "stop_token_ids", {});
+  r.ignore_eos = field<bool>(j, "ignore_eos", false);
+  r.max_tokens = required<int32_t>(j, "max_tokens");
+  r.traffic_class = field<std::string>(j, "traffic_class", "default");
+  r.output_in_prompt = field<int32_t>(j, "output_in_prompt", 0);
+  DSINFER_CHECK(r.output_in_prompt >= 0 && r.output_in_prompt < static_cast<int64_t>(r.prompt_ids.size()),
+                "\"output_in_prompt\" must leave at least one prompt token");
+  if (decode) {
+    r.first_token = required<int32_t>(j, "first_token");
+  } else {
+    r.decode_ucx_address = field<std::string>(j, "decode_ucx_address", "");
+  }
+  return r;
+}
+
+engine::RequestSpec to_spec(const HandoffRequest& r) {
+  engine::RequestSpec s;
+  s.prompt_ids = r.prompt_ids;
+  s.max_tokens = r.max_tokens;
+  s.sampling = r.sampling;
+  s.stop_token_ids = r.stop_token_ids;
+  s.ignore_eos = r.ignore_eos;
+  s.traffic_class = r.traffic_class;
+  s.output_in_prompt = r.output_in_prompt;
+  return s;
 }
 
 engine::FinishReason finish_from_name(std::string_view name) {
@@ -101,7 +183,7 @@ engine::FinishReason finish_from_name(std::string_view name) {
   if (name == "length") return engine::FinishReason::kLength;
   if (name == "cancelled") return engine::FinishReason::kCancelled;
   if (name == "error") return engine::FinishReason::kError;
-  core::fail("router: unknown finish reason '", std::string(name), "' from a worker");
+  core::fail("unknown finish reason '", std::string(name), "'");
 }
 
 const char* finish_name(engine::FinishReason finish) {
@@ -115,12 +197,22 @@ const char* finish_name(engine::FinishReason finish) {
   return "error";
 }
 
+std::string prefill_reply_json(const PrefillReply& r) {
+  return Json{{"first_token", r.first_token},
+              {"finish", finish_name(r.finish)},
+              {"matched_stop_token", r.matched_stop_token},
+              {"logprobs", r.logprobs ? logprobs_json(*r.logprobs) : Json(nullptr)},
+              {"prompt_tokens", r.prompt_tokens},
+              {"cached_tokens", r.cached_tokens},
+              {"state_bytes", r.state_bytes}}
+      .dump();
+}
+
 PrefillReply parse_prefill_reply(std::string_view body) {
   const Json j = parse_object(body, "prefill reply");
   try {
     PrefillReply r;
-    DSINFER_CHECK(j.contains("first_token") && j["first_token"].is_number_integer(),
-                  "router: prefill reply without first_token");
+    DSINFER_CHECK(j.contains("first_token") && j["first_token"].is_number_integer(), "prefill reply without first_token");
     r.first_token = j["first_token"].get<int32_t>();
     r.finish = finish_from_name(j.value("finish", std::string("none")));
     r.matched_stop_token = static_cast<int32_t>(int_field(j, "matched_stop_token", -1));
@@ -130,8 +222,27 @@ PrefillReply parse_prefill_reply(std::string_view body) {
     r.state_bytes = int_field(j, "state_bytes", 0);
     return r;
   } catch (const Json::exception& e) {
-    core::fail("router: malformed prefill reply from a worker: ", e.what());
+    core::fail("malformed prefill reply: ", e.what());
   }
+}
+
+std::string decode_line_json(const DecodeLine& d) {
+  Json j = Json::object();
+  if (!d.tokens.empty()) {
+    j["tokens"] = d.tokens;
+    Json lps = nullptr;
+    if (!d.logprobs.empty()) {
+      lps = Json::array();
+      for (const auto& lp : d.logprobs) lps.push_back(logprobs_json(lp));
+    }
+    j["logprobs"] = std::move(lps);
+  }
+  if (d.last) {
+    j["finish"] = finish_name(d.finish);
+    j["matched_stop_token"] = d.matched_stop_token;
+    j["error"] = d.error;
+  }
+  return j.dump() + "\n";
 }
 
 DecodeLine parse_decode_line(std::string_view line) {
@@ -141,20 +252,20 @@ DecodeLine parse_decode_line(std::string_view line) {
     if (auto it = j.find("finish"); it != j.end() && !it->is_null()) {
       d.last = true;
       d.finish = finish_from_name(it->get<std::string>());
-      DSINFER_CHECK(d.finish != engine::FinishReason::kNone, "router: decode stream ended with finish 'none'");
+      DSINFER_CHECK(d.finish != engine::FinishReason::kNone, "decode stream ended with finish 'none'");
       d.matched_stop_token = static_cast<int32_t>(int_field(j, "matched_stop_token", -1));
       if (auto e = j.find("error"); e != j.end() && e->is_string()) d.error = e->get<std::string>();
     }
     if (auto it = j.find("tokens"); it != j.end() && !it->is_null()) d.tokens = it->get<std::vector<int32_t>>();
     if (auto it = j.find("logprobs"); it != j.end() && it->is_array()) {
       for (const Json& e : *it) d.logprobs.push_back(logprobs_from(e));
-      DSINFER_CHECK(d.logprobs.size() == d.tokens.size(), "router: decode line with ", d.tokens.size(),
-                    " tokens but ", d.logprobs.size(), " logprobs");
+      DSINFER_CHECK(d.logprobs.size() == d.tokens.size(), "decode line with ", d.tokens.size(), " tokens but ",
+                    d.logprobs.size(), " logprobs");
     }
-    DSINFER_CHECK(d.last || !d.tokens.empty(), "router: decode stream line with neither tokens nor finish");
+    DSINFER_CHECK(d.last || !d.tokens.empty(), "decode stream line with neither tokens nor finish");
     return d;
   } catch (const Json::exception& e) {
-    core::fail("router: malformed decode stream line from a worker: ", e.what());
+    core::fail("malformed decode stream line: ", e.what());
   }
 }
 
@@ -172,6 +283,16 @@ void LineSplitter::feed(std::string_view bytes, const std::function<void(std::st
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (!line.empty()) on_line(line);
   }
+}
+
+std::string heartbeat_json(const Heartbeat& h) {
+  return Json{{"id", h.id},
+              {"role", h.prefill ? "prefill" : "decode"},
+              {"url", h.url},
+              {"ucx_address", h.ucx_address},
+              {"capacity", {{"max_running", h.max_running}, {"kv_tokens", h.kv_tokens}}},
+              {"load", {{"running", h.running}, {"waiting", h.waiting}, {"kv_tokens_used", h.kv_tokens_used}}}}
+      .dump();
 }
 
 Heartbeat parse_heartbeat(std::string_view body) {

@@ -63,6 +63,8 @@ async function busyDecodeWorker(cluster) {
   return null;
 }
 
+// A decode worker to spare for each kill -9 below.
+const DECODE_WORKERS = 4;
 let single;
 let cluster;
 let one;   // OpenAI client on the single server
@@ -72,7 +74,7 @@ const Anthropic = npm('@anthropic-ai/sdk');
 
 before(async () => {
   single = await startServer([]);
-  cluster = await startCluster(2, 3);  // a decode worker to spare for each kill below
+  cluster = await startCluster(2, DECODE_WORKERS);
   one = new OpenAI({ baseURL: `${single.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
   many = new OpenAI({ baseURL: `${cluster.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
 });
@@ -121,7 +123,7 @@ async function streamText(client, req) {
 test('the cluster registered every worker and serves /v1/models', async () => {
   const w = await workers(cluster);
   assert.equal(w.prefill, 2);
-  assert.equal(w.decode, 3);
+  assert.equal(w.decode, DECODE_WORKERS);
   const models = await many.models.list();
   assert.equal(models.data[0].id, MODEL);
 });
@@ -199,7 +201,7 @@ test('router metrics: per-worker load, queue per bucket, handoffs, imbalance', a
   const m = await routerMetrics(cluster);
   assert.ok(m.get('dsinfer_router_handoffs_total') > 0);
   assert.ok(m.get('dsinfer_router_handoff_bytes_total') > 0);
-  assert.equal(m.get('dsinfer_router_worker_live'), 5);
+  assert.equal(m.get('dsinfer_router_worker_live'), 2 + DECODE_WORKERS);
   assert.ok(m.values.has('dsinfer_router_prefill_queue{bucket="0-16384"}'));
   assert.ok(m.get('dsinfer_router_imbalance', { of: 'decode_requests' }) >= 1);
 });
@@ -210,19 +212,25 @@ test('a worker that stops heartbeating leaves the pool and rejoins', async () =>
   const pid = pidOf(victim.id);
   process.kill(pid, 'SIGSTOP');
   try {
-    await waitFor(async () => (await workers(cluster)).decode === 2, { timeoutMs: 30000, what: 'lease expiry' });
+    await waitFor(async () => (await workers(cluster)).decode === DECODE_WORKERS - 1, { timeoutMs: 30000, what: 'lease expiry' });
     // Requests still go through the other decode worker.
     const r = await many.chat.completions.create(chat({ max_tokens: 5 }));
     assert.equal(r.choices.length, 1);
   } finally {
     process.kill(pid, 'SIGCONT');
   }
-  await waitFor(async () => (await workers(cluster)).decode === 3, { timeoutMs: 30000, what: 'rejoin' });
+  await waitFor(async () => (await workers(cluster)).decode === DECODE_WORKERS, { timeoutMs: 30000, what: 'rejoin' });
 });
 
 // The decode worker serving a long stream is frozen, then killed: the same stream continues on the other
-// pair with exactly the text an uninterrupted run gives.
-for (const [name, extra] of [['greedy', {}], ['seeded', { temperature: 0.8, seed: 4242 }]]) {
+// pair with exactly the text an uninterrupted run gives. With penalties the tokens delivered before the
+// kill must count as output on the new pair (output_in_prompt), not as prompt.
+for (const [name, extra] of [
+  ['greedy', {}],
+  ['seeded', { temperature: 0.8, seed: 4242 }],
+  ['seeded, frequency and presence penalties', { temperature: 0.8, seed: 4242, frequency_penalty: 1.5,
+    presence_penalty: 1.0 }],
+]) {
   test(`kill -9 of the decode worker mid-stream: the stream continues identically (${name})`, async () => {
     const req = { model: MODEL, prompt: 'The history of the world, part one:', max_tokens: 300, ignore_eos: true,
       temperature: 0, ...extra };

@@ -24,6 +24,13 @@ namespace {
 using Json = nlohmann::json;
 using engine::FinishReason;
 
+DecodeLine finish_line(FinishReason f) {
+  DecodeLine d;
+  d.last = true;
+  d.finish = f;
+  return d;
+}
+
 // The toy model: the next token depends on the whole sequence so far, so a re-submission that got the
 // prompt or the generated tokens wrong shows.
 int32_t next_token(const std::vector<int32_t>& seq) {
@@ -82,19 +89,23 @@ class FakeWorker {
       std::lock_guard<std::mutex> lock(mu_);
       requests_.push_back(req);
     }
-    std::vector<int32_t> seq = req["prompt_ids"].get<std::vector<int32_t>>();
-    const int max_tokens = req["max_tokens"].get<int>();
-    if (ex->request().path == "/internal/v1/prefill") {
-      const int32_t first = next_token(seq);
+    // Read and answered as a real worker does (the one protocol), with the engine's budget rule: the
+    // output_in_prompt tokens count toward max_tokens.
+    const bool decode = ex->request().path == "/internal/v1/decode";
+    const HandoffRequest hr = parse_handoff_request(ex->request().body, decode);
+    std::vector<int32_t> seq = hr.prompt_ids;
+    const int max_tokens = hr.max_tokens - hr.output_in_prompt;
+    if (!decode) {
+      PrefillReply reply;
+      reply.first_token = next_token(seq);
       const bool done = max_tokens == 1;
-      ex->respond(200, "application/json",
-                  Json{{"first_token", first}, {"finish", done ? "length" : "none"}, {"matched_stop_token", -1},
-                       {"logprobs", nullptr}, {"prompt_tokens", seq.size()}, {"cached_tokens", 0},
-                       {"state_bytes", done ? 0 : 1000}}
-                      .dump());
+      reply.finish = done ? FinishReason::kLength : FinishReason::kNone;
+      reply.prompt_tokens = static_cast<int64_t>(seq.size());
+      reply.state_bytes = done ? 0 : 1000;
+      ex->respond(200, "application/json", prefill_reply_json(reply));
       return;
     }
-    seq.push_back(req["first_token"].get<int32_t>());
+    seq.push_back(hr.first_token);
     ex->start_stream(200, "application/x-ndjson");
     int lines = 0;
     for (int produced = 1; produced < max_tokens; ++produced) {
@@ -108,16 +119,17 @@ class FakeWorker {
         return;
       }
       if (cancel_after_ >= 0 && lines == cancel_after_) {
-        ex->write(R"({"finish":"cancelled","matched_stop_token":-1})" "\n");
+        ex->write(decode_line_json(finish_line(FinishReason::kCancelled)));
         ex->end_stream();
         return;
       }
-      const int32_t t = next_token(seq);
-      seq.push_back(t);
-      ex->write(Json{{"tokens", {t}}, {"logprobs", nullptr}}.dump() + "\n");
+      DecodeLine d;
+      d.tokens = {next_token(seq)};
+      seq.push_back(d.tokens[0]);
+      ex->write(decode_line_json(d));
       ++lines;
     }
-    ex->write(R"({"finish":"length","matched_stop_token":-1})" "\n");
+    ex->write(decode_line_json(finish_line(FinishReason::kLength)));
     ex->end_stream();
   }
 
@@ -212,15 +224,15 @@ TEST(RemoteEngine, DecodeWorkerDyingMidStreamContinuesTheSameStream) {
   EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
   EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));  // nothing lost, nothing repeated
   EXPECT_EQ(eng.stats().failovers_total, 1);
-  // The re-submission: prompt + the 4 tokens delivered (first + 3 streamed), 6 still allowed.
+  // The re-submission: prompt + the 4 tokens delivered (first + 3 streamed) as output.
   const auto pre = p.requests();
   ASSERT_EQ(pre.size(), 2u);
   std::vector<int32_t> want = {3, 4, 5, 6};
   const auto gen = uninterrupted({3, 4, 5, 6}, 4);
   want.insert(want.end(), gen.begin(), gen.end());
   EXPECT_EQ(pre[1]["prompt_ids"].get<std::vector<int32_t>>(), want);
-  EXPECT_EQ(pre[1]["generated_before"], 4);
-  EXPECT_EQ(pre[1]["max_tokens"], 6);
+  EXPECT_EQ(pre[1]["output_in_prompt"], 4);
+  EXPECT_EQ(pre[1]["max_tokens"], 10);  // the whole budget: the worker counts the 4 toward it
   EXPECT_EQ(pre[1]["decode_ucx_address"], "ucx-decode-b");  // the failed worker left the pool
   EXPECT_EQ(d2.requests().size(), 1u);
 }
@@ -236,7 +248,7 @@ TEST(RemoteEngine, AWorkerCancellingARequestTheClientKeepsIsResubmitted) {
   ASSERT_TRUE(c.wait());
   EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
   EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));
-  EXPECT_EQ(eng.stats().failovers_total, 3);  // 3 + 3 + 3 tokens, then a prefill with max_tokens 1
+  EXPECT_EQ(eng.stats().failovers_total, 3);  // 3 + 3 + 3 tokens, then a prefill with 1 token left
   EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);  // an answering worker stays in the pool
 }
 

@@ -1,0 +1,35 @@
+// The flags of the client-facing HTTP server that `dsinfer serve` and `dsinfer router` share (the same
+// server::ApiServer runs in both): listening, the API key, limits, timeouts, threads, the prompt template,
+// the Responses store and the served model names. Spelled, documented and bounded once, so the two
+// commands cannot drift apart.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "server/api_server.h"
+
+namespace dsinfer::cli {
+
+// --served-model-name .. --responses-store-bytes; api_key_help documents --api-key for this command.
+void add_api_server_flags(Args& args, const char* api_key_help);
+
+struct ApiServerFlags {
+  server::ApiServerOptions options;   // everything but model_names and what the command adds
+  std::chrono::milliseconds drain{};  // --shutdown-timeout
+};
+// `command` ("dsinfer serve") starts every error message.
+ApiServerFlags read_api_server_flags(const Args& args, const char* command);
+
+// A SECONDS flag, bounded so that the conversion to milliseconds cannot overflow (a million seconds is
+// 11 days).
+std::chrono::milliseconds seconds_flag(const Args& args, const char* name, const char* command);
+
+// The model's default name: its directory's name.
+std::string model_dir_name(const std::string& model_dir);
+// --served-model-name's names, or {default_name} when it is not given (or names nothing).
+std::vector<std::string> served_model_names(const Args& args, const std::string& default_name);
+
+}  // namespace dsinfer::cli

@@ -42,8 +42,9 @@ TEST(RequestLimits, WideObjectsParseAsNlohmannsOrderedParserDoes) {
 
 TEST(RequestLimits, AnObjectOf100kKeysParsesInTimeLinearInItsText) {
   // The 1.1 MB body of the report: 100k keys in one object took 9.5 s (quadratic). Compared in the same
-  // run with an array of the same 100k members' values: a quadratic parse is ~1000x slower, a linear
-  // one within a small factor (hashing the keys).
+  // run with an array of the 100k keys as strings (~15 ms): the quadratic parse is ~600x slower, the
+  // linear one 5-8x here (it also hashes each key and stores a number), so 50 separates them with room
+  // for a loaded machine on both sides.
   const std::string wide = object_with_keys(100000);
   std::string array = "[";
   for (size_t i = 0; i < 100000; ++i) array += (i ? ",\"k" : "\"k") + std::to_string(i) + "\"";
@@ -53,7 +54,7 @@ TEST(RequestLimits, AnObjectOf100kKeysParsesInTimeLinearInItsText) {
   EXPECT_EQ(v.begin().key(), "k0");
   EXPECT_EQ(v.at("k99999"), 99999);
   const double ratio = parse_seconds(wide) / parse_seconds(array);
-  EXPECT_LT(ratio, 20.0) << "wide object vs array of the same size";
+  EXPECT_LT(ratio, 50.0) << "wide object vs array of the same size";
 }
 
 TEST(RequestLimits, NestingDeeperThanTheLimitIsRefused) {

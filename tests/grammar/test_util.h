@@ -1,4 +1,4 @@
-// Helpers of the grammar tests: does a whole text match, from a fresh matcher.
+// Helpers of the grammar tests: does a whole text match, from a fresh matcher; the V4 tokenizer.
 #pragma once
 
 #include <memory>
@@ -7,6 +7,7 @@
 #include "grammar/earley_matcher.h"
 #include "grammar/ebnf.h"
 #include "grammar/grammar.h"
+#include "tokenizer/tokenizer_files.h"
 
 namespace dsinfer::grammar::testing {
 
@@ -24,5 +25,8 @@ inline bool is_prefix(const std::shared_ptr<const Grammar>& g, const std::string
 inline std::shared_ptr<const Grammar> ebnf(const std::string& text) {
   return std::make_shared<const Grammar>(compile_ebnf(text));
 }
+
+// The real V4 tokenizer (~129K tokens), built once per process.
+inline const tokenizer::Tokenizer& v4() { return tokenizer::testing::deepseek(tokenizer::DeepseekVersion::kV4); }
 
 }  // namespace dsinfer::grammar::testing

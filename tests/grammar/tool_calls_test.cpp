@@ -191,7 +191,7 @@ TEST(ToolCallGrammar, ErrorsNameTheToolAndWhat) {
                              kMarker + " parameter>\n</" + kMarker + " invoke>\n</" + kMarker + " calls>"));
 }
 
-const tokenizer::Tokenizer& v4() { return tokenizer::testing::deepseek(tokenizer::DeepseekVersion::kV4); }
+using testing::v4;
 
 std::shared_ptr<const Vocabulary> tool_vocab() {
   static auto vocab = Vocabulary::from_tokenizer(v4(), {1}, {kDsmlMarker, kThinkEndText});

@@ -17,7 +17,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-const tokenizer::Tokenizer& v4() { return tokenizer::testing::deepseek(tokenizer::DeepseekVersion::kV4); }
+using testing::v4;
 
 std::shared_ptr<const Vocabulary> v4_vocab() {
   static auto vocab = Vocabulary::from_tokenizer(v4(), {1});  // 1: <｜end▁of▁sentence｜>

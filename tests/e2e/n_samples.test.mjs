@@ -119,18 +119,20 @@ test('n=3 with a json_schema: every choice is its own constrained request', asyn
   assert.ok(finished >= 1, 'at least one choice finished within max_tokens');
 });
 
+// What the server's metrics say about requests in flight and cancelled ones.
+async function state() {
+  const m = await metrics(file.server);
+  return {
+    inFlight: m.get('dsinfer_requests_in_flight'),
+    running: m.get('dsinfer_engine_running_requests'),
+    waiting: m.get('dsinfer_engine_waiting_requests'),
+    cancelled: m.get('dsinfer_requests_cancelled_total', { why: 'client_disconnect' }) ?? 0,
+    finishedCancelled: m.get('dsinfer_requests_finished_total', { reason: 'cancelled' }) ?? 0,
+  };
+}
+
 // A client that leaves cancels every choice: all n engine requests end cancelled, nothing keeps running.
 test('aborting a streamed n=3 call cancels all three choices', async () => {
-  const state = async () => {
-    const m = await metrics(file.server);
-    return {
-      inFlight: m.get('dsinfer_requests_in_flight'),
-      running: m.get('dsinfer_engine_running_requests'),
-      waiting: m.get('dsinfer_engine_waiting_requests'),
-      cancelled: m.get('dsinfer_requests_cancelled_total', { why: 'client_disconnect' }) ?? 0,
-      finishedCancelled: m.get('dsinfer_requests_finished_total', { reason: 'cancelled' }) ?? 0,
-    };
-  };
   const before = await state();
   const stream = await file.client.chat.completions.create(chat({ n: 3, max_tokens: 5000, stream: true }));
   let chunks = 0;
@@ -254,16 +256,6 @@ test('n=4 on a long prompt computes the prompt once; each choice is the cold n=1
 // A client that leaves before choice 0's first token: the later choices, not submitted yet, end with it
 // (the leave is usually seen during the long prompt's prefill; the outcome is the same either way).
 test('aborting an n=3 call on a long prompt as its headers arrive cancels all three choices', async () => {
-  const state = async () => {
-    const m = await metrics(file.server);
-    return {
-      inFlight: m.get('dsinfer_requests_in_flight'),
-      running: m.get('dsinfer_engine_running_requests'),
-      waiting: m.get('dsinfer_engine_waiting_requests'),
-      cancelled: m.get('dsinfer_requests_cancelled_total', { why: 'client_disconnect' }) ?? 0,
-      finishedCancelled: m.get('dsinfer_requests_finished_total', { reason: 'cancelled' }) ?? 0,
-    };
-  };
   const before = await state();
   const prompt = LONG_PROMPT.map((t) => t + 1);  // not in the cache: choice 0 prefills it all
   const abort = new AbortController();

@@ -328,6 +328,20 @@ class FaultyConnector final : public KvConnector {
 // The KV store is a cache: a connector that throws (from any call, once or from then on) or a block
 // that cannot be exported or imported costs at most the store's help, never an answer. A fault-free
 // engine fills the store first, so the engine under test loads, imports and saves under load.
+// An engine over a KV connector, small enough that the waves below preempt and reuse; no replay, so
+// every hit is exact and outputs equal the engine-free reference.
+EngineOptions store_options(std::shared_ptr<KvConnector> connector, bool overlap, bool snapshot_every_block) {
+  EngineOptions o;
+  o.kv_budget_bytes = 1 << 24;
+  o.max_batch_tokens = 64;
+  o.max_running = 8;
+  o.overlap_scheduling = overlap;
+  o.swa_replay = false;
+  o.snapshot_every_block = snapshot_every_block;
+  o.kv_connector = std::move(connector);
+  return o;
+}
+
 TEST(EngineFaults, AKvConnectorOrBlockTransferFaultCostsOnlyTheStore) {
   struct Case {
     Fault model;
@@ -355,14 +369,8 @@ TEST(EngineFaults, AKvConnectorOrBlockTransferFaultCostsOnlyTheStore) {
                    (c.kv.persistent ? " and later" : "") + (c.model.bad_alloc || c.kv.bad_alloc ? " bad_alloc" : "") +
                    (overlap ? " overlap" : " sequential"));
       auto connector = std::make_shared<FaultyConnector>();
-      EngineOptions o;
-      o.kv_budget_bytes = 1 << 24;
-      o.max_batch_tokens = 64;
-      o.max_running = 8;
-      o.overlap_scheduling = overlap;
-      o.swa_replay = false;           // every hit is exact: outputs equal the engine-free reference
-      o.snapshot_every_block = true;  // snapshots at every boundary go to the connector's pool too
-      o.kv_connector = connector;
+      // Snapshots at every boundary go to the connector's pool too.
+      EngineOptions o = store_options(connector, overlap, /*snapshot_every_block=*/true);
 
       std::mt19937 rng(11);
       std::vector<int32_t> prefix(2 * cfg.block_tokens);
@@ -417,14 +425,8 @@ TEST(EngineFaults, ASnapshotPoolThatStaysDownDoesNotStopPlanning) {
   for (bool overlap : {true, false}) {
     SCOPED_TRACE(overlap ? "overlap" : "sequential");
     auto connector = std::make_shared<FaultyConnector>();
-    EngineOptions o;
-    o.kv_budget_bytes = 1 << 24;
-    o.max_batch_tokens = 64;
-    o.max_running = 8;
-    o.overlap_scheduling = overlap;
-    o.swa_replay = false;            // every hit is exact: outputs equal the engine-free reference
-    o.snapshot_every_block = false;  // the shared prefix's last block (position 32) keeps no snapshot
-    o.kv_connector = connector;
+    // The shared prefix's last block (position 32) keeps no snapshot.
+    EngineOptions o = store_options(connector, overlap, /*snapshot_every_block=*/false);
     auto engine = make_engine(std::make_shared<ToyModel>(cfg), o);
 
     std::mt19937 rng(5);

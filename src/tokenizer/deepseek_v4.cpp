@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tokenizer/deepseek_v41_tokens.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::tokenizer {
@@ -140,24 +141,22 @@ std::string_view deepseek_version_name(DeepseekVersion version) {
 
 std::vector<AddedToken> deepseek_added_tokens(DeepseekVersion version) {
   std::map<int32_t, AddedToken> m = v3_added_tokens();
-  m[128821] = token(128821, "<think>", false);
-  m[128822] = token(128822, "</think>", false);
-  m[128825] = token(128825, "｜DSML｜", false);
-  m[128828] = token(128828, "<｜latest_reminder｜>", false);
-  m[128829] = token(128829, "<｜action｜>", false);
-  m[129264] = token(129264, "<｜image｜>", true);
   if (version == DeepseekVersion::kV41) {
-    m[128799] = token(128799, "<｜System｜>", false);
-    for (int32_t k = 0; k < 6; ++k)
-      m[129265 + k] = token(129265 + k, core::str_cat("<|place_holder_mm_span_0", 436 + k, "|>"), false);
-    m[129279] = token(129279, "<|place_holder_mm_span_0442|>", true);
+    // The released V4.1 table covers every id from 128000 up (deepseek_v41_tokens.h).
+    for (AddedToken& t : deepseek_v41_added_range()) m[t.id] = std::move(t);
   } else {
+    m[128821] = token(128821, "<think>", false);
+    m[128822] = token(128822, "</think>", false);
+    m[128825] = token(128825, "｜DSML｜", false);
+    m[128828] = token(128828, "<｜latest_reminder｜>", false);
+    m[128829] = token(128829, "<｜action｜>", false);
+    m[129264] = token(129264, "<｜image｜>", true);
     const char* table[] = {"<｜/table>｜", "<｜table｜>", "<｜/td｜>", "<｜td｜>", "<｜/tr｜>", "<｜tr｜>"};
     for (int32_t k = 0; k < 6; ++k) m[129265 + k] = token(129265 + k, table[k], false);
     m[129279] = token(129279, "<｜image2｜>", false);
+    for (int32_t id = 128000; id < kDeepseekVocabSize; ++id)
+      if (!m.count(id)) m[id] = token(id, core::str_cat("<｜place▁holder▁no▁", id - 128000, "｜>"), true);
   }
-  for (int32_t id = 128000; id < kDeepseekVocabSize; ++id)
-    if (!m.count(id)) m[id] = token(id, core::str_cat("<｜place▁holder▁no▁", id - 128000, "｜>"), true);
   std::vector<AddedToken> out;
   out.reserve(m.size());
   for (auto& [id, t] : m) out.push_back(std::move(t));

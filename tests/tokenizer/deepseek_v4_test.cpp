@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "core/error.h"
@@ -43,6 +45,96 @@ TEST(DeepseekV4, AddedTokenTablesFollowTheSpec) {
   EXPECT_EQ(v4.added_token_id("<｜image2｜>"), 129279);
   EXPECT_FALSE(v4.is_special(129279));
   EXPECT_TRUE(v41.is_special(129279));
+}
+
+// The released V4.1 table (deepseek_v41_tokens.cpp): no id of the added range is a made-up placeholder,
+// and the spellings and flags are the release's (spot values written out from the public ports).
+TEST(DeepseekV41, AddedRangeHasTheReleasedSpellings) {
+  const Tokenizer& t = testing::deepseek(DeepseekVersion::kV41);
+  const std::vector<std::pair<int32_t, std::string>> named = {
+      {128799, "<｜System｜>"},
+      {128805, "<|EOT|>"},
+      {128815, "<｜begin▁of▁repo▁name｜>"},
+      {128820, "<｜end▁of▁file｜>"},
+      {128823, "<｜place▁holder▁for▁copy｜>"},
+      {128824, "<｜place▁holder▁for▁pointer▁replace｜>"},
+      {128826, "<｜begin▁sys｜>"},
+      {128827, "<｜end▁sys｜>"},
+      {128830, "<｜query｜>"},
+      {128833, "<｜task｜>"},
+      {128837, "<｜safety｜>"},
+      {128840, "<dsml:"},
+      {128841, "</dsml:"},
+      {128842, "<｜search▁begin｜>"},
+      {128845, "<｜read_url｜>"},
+      {128846, "<｜end_of_query｜>"},
+      {128847, "<|place_holder_mm_span_0021|>"},
+      {129261, "<|place_holder_mm_span_0435|>"},
+      {129262, "<｜rl_image_pad｜>"},
+      {129263, "<｜rl_image_start｜>"},
+      {129264, "<｜image｜>"},
+      {129265, "<|place_holder_mm_span_0436|>"},
+      {129270, "<|place_holder_mm_span_0441|>"},
+      {129271, "<｜/polygon｜>"},
+      {129278, "<｜ref｜>"},
+      {129279, "<|place_holder_mm_span_0442|>"},
+  };
+  for (const auto& [id, content] : named) {
+    EXPECT_EQ(t.added_token_id(content), id) << content;
+    EXPECT_EQ(t.decode(std::vector<int32_t>{id}), content) << id;
+  }
+  // Only the 799 V3 reserved tokens (ids 128000-128798) keep a <｜place▁holder▁no▁N｜> spelling.
+  int specials = 0;
+  for (int32_t id = 128000; id < kDeepseekVocabSize; ++id) {
+    const std::string text = t.decode(std::vector<int32_t>{id});
+    const bool placeholder = text.rfind("<｜place▁holder▁no▁", 0) == 0;
+    EXPECT_EQ(placeholder, id < 128799) << id << " " << text;
+    if (placeholder) {
+      EXPECT_EQ(text, "<｜place▁holder▁no▁" + std::to_string(id - 128000) + "｜>");
+    }
+    if (id >= 128847 && id <= 129261) {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "<|place_holder_mm_span_%04d|>", id - 128826);
+      EXPECT_EQ(text, buf) << id;
+    }
+    specials += t.is_special(id) ? 1 : 0;
+  }
+  // special=true: 799 reserved, <|EOT|>, end_of_query, 415 + 1 mm spans, rl_image_pad/start, <｜image｜>,
+  // 8 polygon/point/box/ref; everything else (the 46 protocol tokens and spans 0436-0441) is not.
+  EXPECT_EQ(specials, 799 + 1 + 1 + 416 + 2 + 1 + 8);
+  for (const int32_t id : {128846, 129262, 129263, 129271, 129278, 129279, 128847, 128805})
+    EXPECT_TRUE(t.is_special(id)) << id;
+  for (const int32_t id : {128799, 128815, 128823, 128826, 128830, 128837, 128840, 128845, 129265})
+    EXPECT_FALSE(t.is_special(id)) << id;
+}
+
+// Issue 12: decoding V4.1 output must keep what the reference prints; <｜safety｜> is not special.
+TEST(DeepseekV41, SafetyTokenDecodesAndSurvivesSkipSpecial) {
+  const Tokenizer& t = testing::deepseek(DeepseekVersion::kV41);
+  const std::vector<int32_t> ids = {128837};
+  EXPECT_EQ(t.decode(ids, false), "<｜safety｜>");
+  EXPECT_EQ(t.decode(ids, true), "<｜safety｜>");
+  EXPECT_FALSE(t.is_special(128837));
+  EXPECT_EQ(t.decode(std::vector<int32_t>{128846}, true), "");  // <｜end_of_query｜> is special
+}
+
+TEST(DeepseekV41, RoundTripsTextWithTheNewTokens) {
+  const Tokenizer& t = testing::deepseek(DeepseekVersion::kV41);
+  const std::string text =
+      "Hello<｜safety｜> world <｜title｜>x<dsml:a></dsml:a><｜search▁begin｜>q<｜search▁end｜>"
+      "<｜end_of_query｜><｜box｜>1<｜/box｜><|place_holder_mm_span_0100|>";
+  const auto ids = t.encode(text);
+  // Each added spelling is one token; the plain text around them is BPE.
+  for (const int32_t id : {128837, 128836, 128840, 128841, 128842, 128843, 128846, 129276, 129275, 128926})
+    EXPECT_NE(std::find(ids.begin(), ids.end(), id), ids.end()) << id;
+  EXPECT_EQ(t.decode(ids, false), text);
+  EXPECT_EQ(t.decode(ids, true),
+            "Hello<｜safety｜> world <｜title｜>x<dsml:a></dsml:a><｜search▁begin｜>q<｜search▁end｜>1");
+  // The chat template's control tokens still resolve to their ids.
+  EXPECT_EQ(t.encode("<｜begin▁of▁sentence｜><｜System｜>s<｜User｜>u<｜Assistant｜><think>r</think>"
+                     "<｜DSML｜ calls><｜latest_reminder｜><｜action｜><｜end▁of▁sentence｜>"),
+            (std::vector<int32_t>{0, 128799, 85, 128803, 87, 128804, 128821, 84, 128822, 30, 128825, 10699, 32,
+                                  128828, 128829, 1}));
 }
 
 TEST(DeepseekV4, BuiltFileKeepsTheBaseAndIsValidJson) {

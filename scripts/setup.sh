@@ -6,7 +6,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config clang
-  libhwy-dev nlohmann-json3-dev libboost-dev libpcre2-dev libxxhash-dev liburing-dev libucx-dev
+  libhwy-dev nlohmann-json3-dev libboost-dev libpcre2-dev libxxhash-dev liburing-dev libucx-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy libopenblas0-pthread
   gnuplot-nox wrk

@@ -9,7 +9,11 @@ Numerics: "plain" only (§2.14): no rounding of activations anywhere except the 
 part of the model (§2.10): window KV FP8 E4M3 over all dims in blocks of 32 (power-of-two scales),
 compressed KV FP4 E2M1 in blocks of 16 with E4M3 scales, index queries/keys FP4 in blocks of 32
 (power-of-two scales). `kv_qdq=False` turns all three off. (The bf16 / activation-quant "reference
-numerics" of V4 are not implemented for V4.1.)
+numerics" of V4 are not implemented for V4.1.) `teacher` (teacher forcing, the golden tests, as V4's): a
+dict of the stored QDQ'd vectors of `dsinfer logits --dump-kv` (window{L} [T, hd], comp{L} [G, hd],
+key{L} [G, index_dim] for layer L); each is checked to be a correct rounding of this reference's own
+pre-QDQ values (or on a rounding boundary) and on the grid, then used instead of the own QDQ result;
+`teacher_stats[site]` = (values, differing from the own QDQ, not a nearest rounding, off grid).
 
 Small shared pieces (RMSNorm, Sinkhorn, interleaved RoPE, sqrt-softplus, top-k with ties to the lower
 index) are the V4 reference's: the spec says they are unchanged (§2.3, §2.4.1, §2.11).
@@ -145,9 +149,22 @@ def fp4_qdq_e4m3_scale(x, block=16):
     return (q * s).reshape(shape)
 
 
+def fp4_e4m3_scale_on_grid(d, x, block=16):
+    """Whether each value of d is an E2M1 value times the block's E4M3 scale computed from x (as
+    fp4_qdq_e4m3_scale does)."""
+    shape = x.shape
+    amax = torch.clamp(x.reshape(*shape[:-1], shape[-1] // block, block).abs().amax(-1, keepdim=True)
+                       .to(torch.float32), min=6.0 * 2.0 ** -9)
+    s = formats.round_e4m3(torch.clamp(amax / torch.tensor(6.0, dtype=torch.float32), max=448.0)).to(x.dtype)
+    q = d.reshape(*shape[:-1], shape[-1] // block, block) / s
+    return ((formats.round_e2m1(q) == q) & (q.abs() <= 6.0)).reshape(shape)
+
+
 class DeepseekV41Reference:
-    def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, trace=False):
+    def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, trace=False, teacher=None):
         self.cfg = ConfigV41.load(model_dir)
+        self.teacher = teacher
+        self.teacher_stats = {}
         self.ckpt = Checkpoint(model_dir, fp8_block=self.cfg.fp8_block)
         self.dtype = dtype
         self.kv_qdq = kv_qdq
@@ -185,14 +202,36 @@ class DeepseekV41Reference:
     def rot(self, x, angles):
         return rope_tail(x, angles, self.cfg.rope_dim)
 
-    def win_qdq(self, x):
-        return formats.fp8_qdq(x, 32) if self.kv_qdq else x
+    def win_qdq(self, x, site=None):
+        return self._teach(site, x, 32, lambda v: formats.fp8_qdq(v, 32)) if self.kv_qdq else x
 
-    def ckv_qdq(self, x):
-        return fp4_qdq_e4m3_scale(x, 16) if self.kv_qdq else x
+    def ckv_qdq(self, x, site=None):
+        return self._teach(site, x, 16, fp4_qdq_e4m3_scale, on_grid=fp4_e4m3_scale_on_grid) if self.kv_qdq else x
 
-    def idx_qdq(self, x):
-        return formats.fp4_qdq(x, 32) if self.kv_qdq else x
+    def idx_qdq(self, x, site=None):
+        return self._teach(site, x, 32, lambda v: formats.fp4_qdq(v, 32)) if self.kv_qdq else x
+
+    def _teach(self, site, x, block, qdq, on_grid=None):
+        """qdq(x), or with a teacher the teacher's values for `site`, checked as V4's reference does: each
+        equal to ours or, where x lies within a hair of a rounding decision, as far from x as ours to within
+        1e-5 of the block's amax; and on the grid (power-of-two scales: a QDQ of it changes nothing; E4M3
+        scales, not idempotent: on the E2M1 grid of our own block scale)."""
+        own = qdq(x)
+        teacher = getattr(self, "teacher", None)
+        if teacher is None or site is None:
+            return own
+        if site not in teacher:
+            raise KeyError(f"teacher forcing: no values for {site}")
+        d = torch.as_tensor(teacher[site]).to(self.dtype)
+        if d.shape != x.shape:
+            raise ValueError(f"teacher forcing: {site} has shape {tuple(d.shape)}, expected {tuple(x.shape)}")
+        amax = x.reshape(*x.shape[:-1], -1, block).abs().amax(-1, keepdim=True)
+        tol = (1e-5 * amax).expand(*x.shape[:-1], x.shape[-1] // block, block).reshape(x.shape)
+        differ = d != own
+        bad = differ & (((d - x).abs() - (own - x).abs()).abs() > tol)
+        off_grid = ~on_grid(d, x) if on_grid else qdq(d) != d
+        self.teacher_stats[site] = (d.numel(), int(differ.sum()), int(bad.sum()), int(off_grid.sum()))
+        return d
 
     def _record(self, key, value):
         if self.trace is not None:
@@ -251,7 +290,7 @@ class DeepseekV41Reference:
 
     # --- compressor, indexer, candidates (§2.6 - §2.8) ---------------------------------------------
 
-    def compress(self, a, prefix, ratio):
+    def compress(self, a, prefix, ratio, L=None):
         """(compressed KV [G, hd], index keys [G, index_dim]) of a kv source over the whole sequence."""
         cfg = self.cfg
         T = a.shape[0]
@@ -265,8 +304,8 @@ class DeepseekV41Reference:
         latent = self.norm(z, prefix + "compressor.norm")  # pre-RoPE latent
         ang = self.angles(torch.arange(G) * ratio, ratio)
         ik = self.norm(latent @ self.w(prefix + "indexer.wk.weight").T, prefix + "indexer.k_norm")
-        ik = self.idx_qdq(self.rot(ik, ang))
-        ckv = self.ckv_qdq(self.rot(latent, ang))
+        ik = self.idx_qdq(self.rot(ik, ang), None if L is None else f"key{L}")
+        ckv = self.ckv_qdq(self.rot(latent, ang), None if L is None else f"comp{L}")
         return ckv, ik
 
     def index_scores(self, a, qr, prefix, ang, ik, ratio):
@@ -318,12 +357,12 @@ class DeepseekV41Reference:
         ang = self.angles(positions, ratio)
         qr = self.norm(self.lin(a, prefix + "wq_a"), prefix + "q_norm")
         q = self.rot(self.lin(qr, prefix + "wq_b").view(T, nh, hd), ang[:, None, :])  # no per-head q norm
-        kv = self.win_qdq(self.rot(self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm"), ang))
+        kv = self.win_qdq(self.rot(self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm"), ang), f"window{L}")
         pq, pk = positions[:, None], positions[None, :]
         keys, mask = kv, (pk <= pq) & (pk > pq - cfg.window)
         if ratio:
             if L in cfg.kv_sources:
-                state["kv"][L] = self.compress(a, prefix, ratio)
+                state["kv"][L] = self.compress(a, prefix, ratio, L)
             ckv, ik = state["kv"][cfg.src(L)]
             if L in cfg.index_sources:
                 score, visible = self.index_scores(a, qr, prefix, ang, ik, ratio)

@@ -1,6 +1,7 @@
 """Self-checks of reference/model_v41.py and engram_v41.py against model-v41.md: the Appendix A known
 answers (primes, multipliers, hash row ids of the released layer 1 and 14), the compressed-KV FP4 QDQ
-with E4M3 scales (§2.10), the candidate blocks (§2.8) and the top-k selection against per-query loops.
+with E4M3 scales (§2.10), the candidate blocks (§2.8) and the top-k selection against per-query loops,
+the teacher-forcing check (it accepts a correct QDQ and refuses wrong ones) and the §5 normaliser.
 
 Run: /usr/bin/python3 -m unittest discover -s reference/tests -p 'test_v41_parts.py'
 """
@@ -106,6 +107,70 @@ class CandidatesAndSelection(unittest.TestCase):
         visible = torch.tensor([[True, True, True, True, False]])
         sel = self._model().select(score, visible)
         self.assertEqual(sel[0].tolist(), [True, False, True, True, False])
+
+
+class TeacherForcing(unittest.TestCase):
+    """The golden teacher test's check (_teach): stored values from a correct QDQ pass, values from a wrong
+    QDQ (truncation instead of round-to-nearest-even, FP4 block 16 instead of 32, a power-of-two scale
+    instead of the E4M3 one, an E5M2 grid instead of E4M3) are reported as wrong or off the grid."""
+
+    def _model(self, teacher):
+        m = model_v41.DeepseekV41Reference.__new__(model_v41.DeepseekV41Reference)
+        m.kv_qdq = True
+        m.dtype = torch.float64
+        m.teacher = teacher
+        m.teacher_stats = {}
+        return m
+
+    def _stats(self, site, x, stored):
+        m = self._model({site: stored})
+        fn = {"window": m.win_qdq, "comp": m.ckv_qdq, "key": m.idx_qdq}[site.rstrip("0123456789")]
+        self.assertTrue(torch.equal(fn(x, site), stored.to(x.dtype)))
+        return m.teacher_stats[site]  # (values, differ, wrong, off grid)
+
+    def setUp(self):
+        torch.manual_seed(3)
+        self.x = torch.randn(40, 64, dtype=torch.float64) * torch.rand(40, 1, dtype=torch.float64) * 4
+
+    def test_correct_values_pass(self):
+        x = self.x
+        for site, own in (("window3", formats.fp8_qdq(x, 32)), ("comp2", model_v41.fp4_qdq_e4m3_scale(x, 16)),
+                          ("key2", formats.fp4_qdq(x, 32))):
+            n, differ, wrong, off = self._stats(site, x, own.clone())
+            self.assertEqual((n, differ, wrong, off), (x.numel(), 0, 0, 0), site)
+
+    def test_wrong_qdq_is_refused(self):
+        x = self.x
+        real_round = torch.round
+        torch.round = torch.trunc  # formats.round_minifloat rounds with torch.round
+        try:
+            truncated = formats.fp8_qdq(x, 32)
+        finally:
+            torch.round = real_round
+        self.assertGreater(self._stats("window0", x, truncated)[2], 0)
+        self.assertGreater(sum(self._stats("key1", x, formats.fp4_qdq(x, 16))[2:]), 0)
+        self.assertGreater(sum(self._stats("comp1", x, formats.fp4_qdq(x, 16))[2:]), 0)
+        e5m2 = formats._blockwise_qdq(x, 32, 448.0, 1e-4, lambda v: formats.round_minifloat(v, 2, -14))
+        self.assertGreater(sum(self._stats("window0", x, e5m2)[2:]), 0)
+
+    def test_missing_or_misshapen_values_are_errors(self):
+        m = self._model({})
+        with self.assertRaises(KeyError):
+            m.win_qdq(self.x, "window0")
+        m = self._model({"window0": self.x[:3]})
+        with self.assertRaises(ValueError):
+            m.win_qdq(self.x, "window0")
+
+
+class EngramNormalize(unittest.TestCase):
+    """§5's known answers (npm tokenizers 0.23.2) and where HF is more precise than the spec's wording."""
+
+    def test_known_answers(self):
+        n = engram_v41.normalize
+        for s in (" The", "the", "THE"):
+            self.assertEqual(n(s), "the")
+        self.assertEqual((n(" "), n("  x\t\ny "), n("Café"), n("ﬁ"), n("<｜User｜>")), (" ", "x y", "cafe", "fi", "<|user|>"))
+        self.assertEqual((n("\u093e"), n("ΟΔΟΣ"), n("İ"), n("\ue000")), ("", "οδοσ", "i", " "))
 
 
 if __name__ == "__main__":

@@ -127,9 +127,12 @@ v4::ModelOptions model_options(const ModelFlags& flags) {
 // (with rollback), and with --mtp / --mtp-out its DSpark draft head teacher-forced at every position
 // at the end, from the taps the sequence kept.
 int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<int32_t>& ids) {
-  DSINFER_CHECK(!args.get_optional("dump-kv") && flags.numerics == "exact",
-                "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --dump-kv and --numerics reference are ",
-                "not implemented");
+  DSINFER_CHECK(flags.numerics == "exact",
+                "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --numerics reference is not implemented");
+  const std::optional<std::string> dump_prefix = args.get_optional("dump-kv");
+  DSINFER_CHECK(!dump_prefix || !(args.has("mtp") || args.get_optional("mtp-out")),
+                "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --dump-kv writes the main model's stored ",
+                "values only (not the DSpark rings): give it without --mtp / --mtp-out");
   const int64_t T = static_cast<int64_t>(ids.size());
   const bool mtp = args.has("mtp");
   const std::optional<std::string> mtp_out = args.get_optional("mtp-out");
@@ -174,6 +177,23 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
     write_npy(args.get("out"), logits, T, vocab);
   }
   if (mtp_out) write_npy(*mtp_out, draft0, T - 1, vocab);
+  if (dump_prefix) {
+    // V4's file layout: PREFIX.window.npy [layers·T, head_dim] (row l·T + p), PREFIX.comp<l>.npy
+    // [T/ratio, head_dim] and PREFIX.key<l>.npy [T/ratio, index_head_dim] for every kv source l.
+    const model::deepseek_v41::StoredKv kv = seq.stored_kv();
+    const int64_t hd = ck->config().head_dim, ixd = ck->config().index_head_dim;
+    std::vector<float> window;
+    for (const auto& [l, w] : kv.window) {
+      DSINFER_CHECK(static_cast<int64_t>(w.size()) == T * hd, "--dump-kv: layer ", l, " stored ", w.size() / hd,
+                    " window rows, not ", T);
+      window.insert(window.end(), w.begin(), w.end());
+    }
+    write_npy(*dump_prefix + ".window.npy", window, static_cast<int64_t>(window.size()) / hd, hd);
+    for (const auto& [l, c] : kv.compressed)
+      write_npy(*dump_prefix + ".comp" + std::to_string(l) + ".npy", c, static_cast<int64_t>(c.size()) / hd, hd);
+    for (const auto& [l, k] : kv.index_keys)
+      write_npy(*dump_prefix + ".key" + std::to_string(l) + ".npy", k, static_cast<int64_t>(k.size()) / ixd, ixd);
+  }
   std::fprintf(stderr, "logits (V4.1, chunks of %lld, QDQ %s): %lld tokens: load %.2f s, forward %.2f s\n",
                static_cast<long long>(chunk), flags.kv_qdq ? "on" : "off", static_cast<long long>(T),
                std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
@@ -187,7 +207,8 @@ int run_logits(int argc, char** argv) {
             "On a DeepseekV41ForCausalLM checkpoint (--no-kv-qdq turns off its three QDQ steps): one pass,\n"
             "--chunk-size and --rollback as for V4; --mtp writes the DSpark draft head's draft-0\n"
             "logits [T-1, vocab]: row p from the round after p with anchor token p+1, predicting p+2;\n"
-            "--mtp-out writes them as well, from the same pass; --dump-kv is not implemented for V4.1 yet).");
+            "--mtp-out writes them as well, from the same pass; --dump-kv writes the stored window KV, compressed\n"
+            "KV and index keys of the main model, in V4's layout).");
   add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated token ids, or @FILE holding them");
   args.option("out", "FILE", "output .npy (float32)");

@@ -222,11 +222,20 @@ def cmd_teacher(args):
     out = prefix + ".npy"
     for old in [f for f in os.listdir(args.work) if f.startswith(f"teacher_{args.name}.")]:
         os.remove(os.path.join(args.work, old))
+    import json
+    with open(os.path.join(model, "config.json")) as f:
+        v41 = (json.load(f).get("architectures") or [""])[0] == "DeepseekV41ForCausalLM"
+    if v41 and args.mtp:
+        raise SystemExit("golden teacher: --mtp is not implemented for V4.1 (the DSpark rings are not dumped)")
     dsinfer_logits(args, model, ids, out, args.mtp, extra=["--dump-kv", prefix])
     import torch
-    from model_v4 import DeepseekV4Reference
     t0 = time.time()
-    ref_model = DeepseekV4Reference(model, kv_qdq=True)
+    if v41:
+        from model_v41 import DeepseekV41Reference
+        ref_model = DeepseekV41Reference(model, kv_qdq=True)
+    else:
+        from model_v4 import DeepseekV4Reference
+        ref_model = DeepseekV4Reference(model, kv_qdq=True)
     ref_model.teacher = load_teacher(prefix, ref_model.cfg.n_layers, args.mtp)
     with torch.no_grad():
         logits, state = ref_model.forward(ids)

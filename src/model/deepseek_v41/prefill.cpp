@@ -287,6 +287,16 @@ class Prefill {
 
   int64_t length() const { return static_cast<int64_t>(ids_.size()); }
 
+  StoredKv stored() const {
+    StoredKv out;
+    out.window = windows_;
+    for (const auto& [L, src] : sources_) {
+      out.compressed[L] = src.ckv;
+      out.index_keys[L] = src.ik;
+    }
+    return out;
+  }
+
   // §3.4 rollback: the state of the first len positions (every cache here keeps its whole history).
   void truncate(int64_t len) {
     DSINFER_CHECK(len >= 0 && len <= length(), "V4.1 sequence: truncate to ", len, " of ", length(), " positions");
@@ -925,6 +935,7 @@ std::vector<float> Sequence::forward(const std::vector<int32_t>& ids) { return s
 int64_t Sequence::length() const { return state_->p.length(); }
 void Sequence::truncate(int64_t len) { state_->p.truncate(len); }
 std::vector<float> Sequence::dspark_draft0() { return state_->p.dspark_draft0(); }
+StoredKv Sequence::stored_kv() const { return state_->p.stored(); }
 
 std::vector<float> prefill_logits(const Checkpoint& ck, const EngramTokenMap* token_map,
                                   const std::vector<int32_t>& ids, const PrefillOptions& options,

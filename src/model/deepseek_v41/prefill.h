@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,13 @@ struct PrefillOptions {
 };
 
 struct SequenceState;
+
+// What a sequence stored of every position fed, after its §2.10 QDQ (QDQ on) or as computed (off), for
+// `dsinfer logits --dump-kv` and the teacher-forced golden test: by layer, the window KV [n, head_dim]
+// of every layer; the compressed KV [G, head_dim] and index keys [G, index_head_dim] of every kv source.
+struct StoredKv {
+  std::map<int64_t, std::vector<float>> window, compressed, index_keys;
+};
 
 // One sequence fed in chunks (§2.13): chunked prefill, token-by-token decode (chunks of 1) and
 // rollback, with the state of §3.1 (window KV, the kv sources' compressed KV, index keys and
@@ -49,6 +57,7 @@ class Sequence {
   // DSpark draft 0 teacher-forced at every position fed so far (as prefill_logits), from the taps
   // the forwards kept; the sequence's last call.
   std::vector<float> dspark_draft0();
+  StoredKv stored_kv() const;
 
  private:
   std::unique_ptr<SequenceState> state_;

@@ -32,6 +32,7 @@ const units = [
   '<｜User｜>', '<｜Assistant｜>', '<｜System｜>', '<think>', '</think>', '｜DSML｜', '<｜image｜>',
   '<｜begin▁of▁sentence｜>', '<｜end▁of▁sentence｜>', '<｜place▁holder▁no▁0｜>', '<｜table｜>', '<|EOT|>',
   '<|place_holder_mm_span_0439|>', '<｜DSML｜ calls>', '<｜latest_reminder｜>', '<｜fim▁hole｜>', '<｜action｜>',
+  '<｜safety｜>', '<dsml:', '</dsml:', '<｜end_of_query｜>', '<|place_holder_mm_span_0100|>', '<｜box｜>',
 ];
 
 async function main() {

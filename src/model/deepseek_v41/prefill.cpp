@@ -15,6 +15,7 @@
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/vec.h"
 #include "model/deepseek_v41/engram_hash.h"
+#include "model/deepseek_v41/state_range.h"
 
 namespace dsinfer::model::deepseek_v41 {
 namespace {
@@ -275,8 +276,12 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 class Prefill {
  public:
-  Prefill(const Checkpoint& ck, const EngramTokenMap* map, const PrefillOptions& o)
-      : c_(ck.config()), w_(ck, o.double_accumulation), map_(map), opt_(o), pool_(o.pool ? *o.pool : core::ThreadPool::global()),
+  Prefill(const Checkpoint& ck, const EngramTokenMap* map, const PrefillOptions& o,
+          std::shared_ptr<Weights> weights = nullptr)
+      : c_(ck.config()),
+        weights_(weights ? std::move(weights) : std::make_shared<Weights>(ck, o.double_accumulation)),
+        w_(*weights_),
+        map_(map), opt_(o), pool_(o.pool ? *o.pool : core::ThreadPool::global()),
         hc_(c_.hc_mult), d_(c_.hidden_size) {
     DSINFER_CHECK(c_.arch == Architecture::kDeepseekV41, "V4.1 prefill: the checkpoint is ", c_.architecture);
     if (c_.engram) {
@@ -303,6 +308,75 @@ class Prefill {
     }
     for (Vec& tap : taps_) tap.resize(static_cast<size_t>(len * d_));
   }
+
+  // ---- State ranges (state_range.h): the engine adapter's blocks. Only copies of the arrays the
+  // forward appends to, so exporting and re-appending them changes no bit of what follows. ----
+
+  StateRange export_range(int64_t begin, int64_t end) const {
+    DSINFER_CHECK(begin >= 0 && begin <= end && end <= length(), "V4.1 sequence: range [", begin, ", ", end,
+                  ") of ", length(), " positions");
+    DSINFER_CHECK(!drafted_, "V4.1 sequence: no state export after the DSpark draft head");
+    const int64_t hd = c_.head_dim, ixd = c_.index_head_dim;
+    StateRange r;
+    r.begin = begin;
+    r.end = end;
+    r.ids.assign(ids_.begin() + begin, ids_.begin() + end);
+    if (c_.engram) r.cid.assign(cid_.begin() + begin, cid_.begin() + end);
+    auto slice = [](const Vec& v, int64_t from, int64_t to, int64_t width) {
+      return Vec(v.begin() + from * width, v.begin() + to * width);
+    };
+    if (length() == 0) {  // nothing fed yet: the arrays exist once the first forward made them
+      r.windows.assign(static_cast<size_t>(c_.num_hidden_layers), Vec());
+      for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
+        const LayerRoles& roles = c_.layer_roles(L);
+        if (roles.dspark_target) r.taps.emplace_back();
+        if (roles.owns_compressor) r.sources.push_back({L, roles.ratio, {}, {}, {}, {}});
+      }
+      return r;
+    }
+    for (const auto& [L, w] : windows_) r.windows.push_back(slice(w, begin, end, hd));
+    for (const auto& [L, src] : sources_) {
+      // An open group (inputs only) may end the range only where the sequence ends.
+      DSINFER_CHECK(begin % src.ratio == 0 && (end % src.ratio == 0 || end == length()), "V4.1 sequence: range [",
+                    begin, ", ", end, ") splits a ratio-", src.ratio, " group of layer ", L);
+      StateRange::Source s;
+      s.layer = L;
+      s.ratio = src.ratio;
+      s.u = slice(src.u, begin, end, hd);
+      if (!src.g.empty()) s.g = slice(src.g, begin, end, hd);
+      s.ckv = slice(src.ckv, begin / src.ratio, end / src.ratio, hd);
+      s.ik = slice(src.ik, begin / src.ratio, end / src.ratio, ixd);
+      r.sources.push_back(std::move(s));
+    }
+    for (const Vec& tap : taps_) r.taps.push_back(slice(tap, begin, end, d_));
+    return r;
+  }
+
+  // Appends the state of positions length() .. r.end, as if they had been fed.
+  void append_range(const StateRange& r) {
+    check_state_range(c_, r);
+    DSINFER_CHECK(r.begin == length(), "V4.1 sequence: a range from ", r.begin, " appended at ", length());
+    DSINFER_CHECK(!drafted_, "V4.1 sequence: no state import after the DSpark draft head");
+    ids_.insert(ids_.end(), r.ids.begin(), r.ids.end());
+    if (c_.engram) cid_.insert(cid_.end(), r.cid.begin(), r.cid.end());
+    for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
+      Vec& w = windows_[L];
+      w.insert(w.end(), r.windows[L].begin(), r.windows[L].end());
+    }
+    for (const StateRange::Source& s : r.sources) {
+      KvSource& src = sources_[s.layer];
+      src.ratio = s.ratio;
+      src.u.insert(src.u.end(), s.u.begin(), s.u.end());
+      src.g.insert(src.g.end(), s.g.begin(), s.g.end());
+      src.ckv.insert(src.ckv.end(), s.ckv.begin(), s.ckv.end());
+      src.ik.insert(src.ik.end(), s.ik.begin(), s.ik.end());
+      src.G = r.end / s.ratio;
+    }
+    if (taps_.size() < r.taps.size()) taps_.resize(r.taps.size());
+    for (size_t i = 0; i < r.taps.size(); ++i) taps_[i].insert(taps_[i].end(), r.taps[i].begin(), r.taps[i].end());
+  }
+
+  // ---- end of state ranges ----
 
   // §2.12 teacher-forced draft rounds after the main pass(es), from the taps of every position: for
   // every p < T-1 the round after p with anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab]
@@ -363,7 +437,8 @@ class Prefill {
 
   // Feeds ids at positions length().. (§2.13: a chunk continues the state of the earlier ones);
   // returns their logits [ids.size(), vocab].
-  Vec run(const std::vector<int32_t>& ids) {
+  // logit_rows >= 0: only the last logit_rows rows (the products are row-wise: the same bits).
+  Vec run(const std::vector<int32_t>& ids, int64_t logit_rows = -1) {
     DSINFER_CHECK(!ids.empty(), "V4.1 prefill: empty chunk");
     for (int32_t id : ids) DSINFER_CHECK(id >= 0 && id < c_.vocab_size, "V4.1 prefill: token id ", id, " out of range");
     DSINFER_CHECK(!drafted_, "V4.1 sequence: no forward after the DSpark draft head");
@@ -394,7 +469,10 @@ class Prefill {
       pre_in = block(L, pre_in);
     }
     Vec y = rms_norm(collapse(pre_in), d_, w_.vec("norm.weight"), c_.rms_norm_eps);
-    return matmul(pool_, y, T_, w_.linear("head"));
+    const int64_t rows = logit_rows < 0 ? T_ : std::min(logit_rows, T_);
+    if (rows == 0) return {};
+    if (rows < T_) y.erase(y.begin(), y.end() - rows * d_);
+    return matmul(pool_, y, rows, w_.linear("head"));
   }
 
  private:
@@ -888,7 +966,8 @@ class Prefill {
   }
 
   const ModelConfig& c_;
-  Weights w_;
+  std::shared_ptr<Weights> weights_;  // this sequence's own, or shared (prepare_weights)
+  Weights& w_;
   const EngramTokenMap* map_;
   std::vector<int32_t> ids_;  // every position's token
   int64_t pos0_ = 0;          // the chunk's first position
@@ -917,14 +996,37 @@ struct SequenceState {
 
 Sequence::Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options)
     : state_(std::make_unique<SequenceState>(SequenceState{Prefill(ck, token_map, options)})) {}
+
+struct PreparedWeights {
+  std::shared_ptr<Weights> weights;
+  bool double_accumulation = false;
+};
+
+std::shared_ptr<PreparedWeights> prepare_weights(const Checkpoint& ck, const PrefillOptions& options) {
+  return std::make_shared<PreparedWeights>(
+      PreparedWeights{std::make_shared<Weights>(ck, options.double_accumulation), options.double_accumulation});
+}
+
+Sequence::Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options,
+                   const std::shared_ptr<PreparedWeights>& weights)
+    : state_(std::make_unique<SequenceState>(SequenceState{Prefill(ck, token_map, options, weights->weights)})) {
+  DSINFER_CHECK(weights->double_accumulation == options.double_accumulation,
+                "V4.1 sequence: weights prepared for another accumulation mode");
+}
 Sequence::~Sequence() = default;
 Sequence::Sequence(Sequence&&) noexcept = default;
 Sequence& Sequence::operator=(Sequence&&) noexcept = default;
 
 std::vector<float> Sequence::forward(const std::vector<int32_t>& ids) { return state_->p.run(ids); }
+std::vector<float> Sequence::forward(const std::vector<int32_t>& ids, int64_t logit_rows) {
+  DSINFER_CHECK(logit_rows >= 0, "V4.1 sequence: ", logit_rows, " logit rows");
+  return state_->p.run(ids, logit_rows);
+}
 int64_t Sequence::length() const { return state_->p.length(); }
 void Sequence::truncate(int64_t len) { state_->p.truncate(len); }
 std::vector<float> Sequence::dspark_draft0() { return state_->p.dspark_draft0(); }
+StateRange Sequence::export_range(int64_t begin, int64_t end) const { return state_->p.export_range(begin, end); }
+void Sequence::append_range(const StateRange& range) { state_->p.append_range(range); }
 
 std::vector<float> prefill_logits(const Checkpoint& ck, const EngramTokenMap* token_map,
                                   const std::vector<int32_t>& ids, const PrefillOptions& options,

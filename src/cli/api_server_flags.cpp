@@ -35,7 +35,8 @@ void add_api_server_flags(Args& args, const char* api_key_help) {
   args.option("shutdown-timeout", "SECONDS", "on SIGINT/SIGTERM, time in-flight requests get to finish", "30");
   args.option("io-threads", "N", "threads for network I/O and streaming output", "2");
   args.option("prep-threads", "N", "threads that convert, render and encode incoming requests", "2");
-  args.option("prompt-version", "v4|v41", "prompt template: V4 or V4.1", "v4");
+  args.option("prompt-version", "v4|v41",
+              "prompt template: V4 or V4.1 (serve: by default the checkpoint's architecture's; router: v4)", "v4");
   args.flag("no-thinking", "requests that do not choose get thinking mode off (default: on, as deepseek-recipe)");
   args.flag("deepseek-usage-chunk",
             "streamed Chat Completions carry usage on the finish chunk, always (DeepSeek's API); default: OpenAI's "

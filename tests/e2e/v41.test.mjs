@@ -1,0 +1,59 @@
+// `dsinfer serve` on a tiny DeepseekV41ForCausalLM checkpoint (configs/tiny-v41.json with the V4.1
+// tokenizer): the engine's V4.1 adapter behind the unchanged server, through the official `openai`
+// client. The prompt template follows the checkpoint (no --prompt-version given).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { openaiServerForFile, startServer, MODEL } from './harness.mjs';
+
+const file = openaiServerForFile();
+
+test('V4.1: chat completion, not streamed', async () => {
+  const r = await file.client.chat.completions.create({
+    model: MODEL, max_tokens: 8, temperature: 0,
+    messages: [{ role: 'user', content: 'Say hello.' }], thinking: { type: 'disabled' },
+  });
+  assert.equal(r.object, 'chat.completion');
+  const c = r.choices[0];
+  assert.equal(typeof c.message.content, 'string');
+  assert.ok(['stop', 'length'].includes(c.finish_reason), c.finish_reason);
+  assert.ok(r.usage.prompt_tokens > 0);
+  assert.ok(r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 8);
+});
+
+test('V4.1: chat completion, streamed', async () => {
+  const stream = await file.client.chat.completions.create({
+    model: MODEL, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true },
+    messages: [{ role: 'user', content: 'Count to three.' }], thinking: { type: 'disabled' },
+  });
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  assert.ok(['stop', 'length'].includes(finish), String(finish));
+  assert.ok(usage && usage.completion_tokens > 0);
+});
+
+// A repeat of a long prompt resumes from the prefix cache (whole 128-token blocks) and answers exactly
+// as the cold request did, greedy and seeded-sampled.
+test('V4.1: a repeated long prompt is served from the prefix cache with the same answer', async () => {
+  const long = Array.from({ length: 90 }, (_, i) => `word${i}`).join(' ');
+  for (const sampling of [{ temperature: 0 }, { temperature: 1, seed: 11 }]) {
+    const ask = () => file.client.chat.completions.create({
+      model: MODEL, max_tokens: 10, ...sampling,
+      messages: [{ role: 'user', content: long }], thinking: { type: 'disabled' },
+    });
+    const cold = await ask();
+    const warm = await ask();
+    assert.ok(cold.usage.prompt_tokens > 128, `prompt of ${cold.usage.prompt_tokens} tokens`);
+    assert.ok(warm.usage.prompt_tokens_details.cached_tokens >= 128,
+      `cached ${warm.usage.prompt_tokens_details.cached_tokens}`);
+    assert.equal(warm.choices[0].message.content, cold.choices[0].message.content);
+    assert.equal(warm.usage.completion_tokens, cold.usage.completion_tokens);
+  }
+});
+
+test('V4.1: --speculation is refused (the model has no drafter)', async () => {
+  await assert.rejects(startServer(['--speculation']), /no drafter/);
+});

@@ -43,6 +43,7 @@ struct TokenTraffic {
   double head = 0;        // lm head, final norm, hc head
   double embed = 0;       // one embedding row
   double engram = 0;      // V4.1 Engram: the looked-up table rows (with their scales), wkv, gate weights
+  double engram_rows = 0; // of which the table rows
   double linear_macs = 0; // multiply-adds of the products (for the FLOP count)
   // What the V4.1 forward reads: its FP8 (32x32-block) weights are decoded to BF16 once at preparation
   // (model/deepseek_v41/prefill.h), so a decoded token reads twice their stored bytes and no scales.
@@ -79,6 +80,7 @@ TokenTraffic token_traffic(const model::Checkpoint& ckpt) {
     } else if (spec.kind == model::TensorKind::kEngramTable || spec.kind == model::TensorKind::kEngramScale) {
       part = &t.engram;  // columns() rows of the table per token (model-v41.md §2.15)
       share = static_cast<double>(c.engram->columns()) / static_cast<double>(spec.shape.at(0));
+      t.engram_rows += bytes * share;
     } else if (contains(n, ".engram.")) {
       part = &t.engram;
     } else if (contains(n, ".ffn.experts.")) {
@@ -241,9 +243,10 @@ int run_bench(int argc, char** argv) {
   std::printf("%s", limits.describe().c_str());
   std::printf(
       "weights read per decoded token: %.1f MB (attention %.1f, compressors+indexer %.1f, shared experts %.1f, "
-      "routed experts %.1f, router %.1f, mHC %.1f, head %.1f, embedding row %.3f, Engram %.3f)\n",
+      "routed experts %.1f, router %.1f, mHC %.1f, head %.1f, embedding row %.3f, Engram %.3f of which table rows %.4f)\n",
       bytes / 1e6, traffic.attention / 1e6, traffic.compressor / 1e6, traffic.shared / 1e6, traffic.routed / 1e6,
-      traffic.router / 1e6, traffic.mhc / 1e6, traffic.head / 1e6, traffic.embed / 1e6, traffic.engram / 1e6);
+      traffic.router / 1e6, traffic.mhc / 1e6, traffic.head / 1e6, traffic.embed / 1e6, traffic.engram / 1e6,
+      traffic.engram_rows / 1e6);
   if (config.arch == model::Architecture::kDeepseekV41) {
     std::printf("as the V4.1 forward reads them (FP8 weights decoded to BF16): %.1f MB per token; roofline %.1f tok/s\n",
                 traffic.prepared / 1e6, limits.bandwidth.gb_per_s * 1e9 / traffic.prepared);

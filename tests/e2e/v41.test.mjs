@@ -3,7 +3,7 @@
 // client. The prompt template follows the checkpoint (no --prompt-version given).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { openaiServerForFile, startServer, MODEL } from './harness.mjs';
+import { openaiServerForFile, startServer, MODEL, npm } from './harness.mjs';
 
 const file = openaiServerForFile();
 
@@ -54,6 +54,21 @@ test('V4.1: a repeated long prompt is served from the prefix cache with the same
   }
 });
 
-test('V4.1: --speculation is refused (the model has no drafter)', async () => {
-  await assert.rejects(startServer(['--speculation']), /no drafter/);
+test('V4.1: --speculation (DSpark drafts) gives the same greedy answer', async () => {
+  const ask = (client) => client.chat.completions.create({
+    model: MODEL, max_tokens: 12, temperature: 0,
+    messages: [{ role: 'user', content: 'Name three colours.' }], thinking: { type: 'disabled' },
+  });
+  const plain = await ask(file.client);
+  const spec = await startServer(['--speculation', '--draft-tokens', '3']);
+  try {
+    const OpenAI = npm('openai');
+    const client = new OpenAI({ baseURL: `${spec.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+    const drafted = await ask(client);
+    assert.equal(drafted.choices[0].message.content, plain.choices[0].message.content);
+    assert.equal(drafted.usage.completion_tokens, plain.usage.completion_tokens);
+  } finally {
+    const { code } = await spec.stop();
+    assert.equal(code, 0);
+  }
 });

@@ -69,7 +69,8 @@ class V41Runner final : public ModelRunner {
     // The fixed part of a sequence; its growing arrays are charged as blocks (the partial one too).
     info_.sequence_bytes = static_cast<int64_t>(sizeof(V41Seq) + 4096);
     info_.snapshot_bytes = static_cast<int64_t>(sizeof(V41Snapshot));
-    info_.max_draft_tokens = 0;
+    // One DSpark round drafts up to its block size (the greedy Markov chain of §2.12).
+    info_.max_draft_tokens = c.dspark && c.n_mtp_layers > 0 ? static_cast<int32_t>(c.dspark->block_size) : 0;
     info_.supports_replay = false;
   }
 
@@ -133,6 +134,21 @@ class V41Runner final : public ModelRunner {
     auto s = new_sequence();
     if (r.end > 0) seq(*s).append_range(r);
     return s;
+  }
+
+  // The DSpark round after each sequence's last position, anchored on its pending token; the taps it
+  // reads are kept for every position (blocks included), so nothing is fed to the drafter separately
+  // and nothing needs undoing.
+  std::vector<int32_t> draft(std::span<const DraftItem> items) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int32_t> out;
+    for (const DraftItem& it : items) {
+      DSINFER_CHECK(it.count >= 1 && it.count <= info_.max_draft_tokens, "draft: ", it.count,
+                    " drafts asked, the model allows 1 to ", info_.max_draft_tokens);
+      const std::vector<int32_t> d = seq(*it.seq).dspark_round(it.last_token, it.count);
+      out.insert(out.end(), d.begin(), d.end());
+    }
+    return out;
   }
 
   std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& s) override {

@@ -16,8 +16,10 @@
 //
 // forward() runs the items one after another, each as one chunk of its own sequence: a row's result
 // never depends on the other items, and the V4.1 forward gives the one-pass rows for any chunking,
-// so results are batch-invariant always. No drafter: the DSpark head exists only teacher-forced
-// (Sequence::dspark_draft0), so max_draft_tokens = 0 and the engine refuses speculation.
+// so results are batch-invariant always. Drafter: one DSpark round (model-v41.md §2.12) after the last
+// committed position, anchored on the pending token: the greedy Markov chain gives up to block_size
+// (5) drafts, so max_draft_tokens = block_size (0 for a config without DSpark stages). The taps the
+// round reads are part of the state, so resumed and imported sequences draft alike.
 #pragma once
 
 #include <memory>

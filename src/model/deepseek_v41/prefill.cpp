@@ -378,6 +378,82 @@ class Prefill {
 
   // ---- end of state ranges ----
 
+  // §2.12 one draft round after the last position p = length() - 1 with the anchor (the token at p+1,
+  // not fed): the greedy Markov chain o_1 .. o_count. Rings only for the W positions the round sees;
+  // every product is row-wise, so o_1 is bitwise the argmax of dspark_draft0's row p. Leaves the
+  // sequence's state as it was (only chunk scratch is written).
+  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count) {
+    DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
+    DSINFER_CHECK(!drafted_, "V4.1 DSpark: the sequence's teacher-forced draft head already ran");
+    DSINFER_CHECK(length() >= 1, "V4.1 DSpark: a draft round needs a committed position");
+    DSINFER_CHECK(anchor >= 0 && anchor < c_.vocab_size, "V4.1 DSpark: anchor ", anchor, " out of range");
+    const int64_t B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim, W = c_.sliding_window;
+    DSINFER_CHECK(count >= 1 && count <= B, "V4.1 DSpark: ", count, " drafts asked, a round makes 1 to ", B);
+    const int64_t p = length() - 1, q0 = std::max<int64_t>(0, p - W + 1), nq = p - q0 + 1;
+    const int64_t nt = static_cast<int64_t>(taps_.size());
+    Vec hidden(static_cast<size_t>(nq * nt * d_));
+    for (int64_t t = 0; t < nq; ++t) {
+      for (int64_t i = 0; i < nt; ++i) {
+        std::copy_n(taps_[i].data() + (q0 + t) * d_, d_, hidden.data() + (t * nt + i) * d_);
+      }
+    }
+    const Vec main_x = rms_norm(matmul(pool_, hidden, nq, w_.linear("mtp.0.main_proj")), d_,
+                                w_.vec("mtp.0.main_norm.weight"), c_.rms_norm_eps);
+    const std::vector<float> f = inv_freqs(c_, 0);
+    rings_.clear();
+    for (int64_t s = 0; s < c_.n_mtp_layers; ++s) {
+      const std::string pre = core::str_cat("mtp.", s, ".attn.");
+      Vec ring = rms_norm(matmul(pool_, main_x, nq, w_.linear(pre + "wkv")), hd, w_.vec(pre + "kv_norm.weight"),
+                          c_.rms_norm_eps);
+      for (int64_t t = 0; t < nq; ++t) {
+        rope(ring.data() + t * hd, hd, rd, f, q0 + t);
+        if (opt_.qdq) qdq_pow2(ring.data() + t * hd, hd, 32, true);
+      }
+      rings_.push_back(std::move(ring));
+    }
+    ring0_ = q0;
+    ring_len_ = nq;
+    round0_ = p;
+    block_ = B;
+    std::vector<int64_t> block_ids(static_cast<size_t>(B), c_.dspark->noise_token_id);
+    block_ids[0] = anchor;
+    const Vec e = w_.rows("embed.weight", block_ids);
+    T_ = B;
+    X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
+    for (int64_t n = 0; n < T_; ++n) {
+      for (int64_t j = 0; j < hc_; ++j) std::copy_n(e.data() + n * d_, d_, X_.data() + (n * hc_ + j) * d_);
+    }
+    std::vector<double> pre_in(static_cast<size_t>(T_ * hc_), 0.0);
+    for (int64_t n = 0; n < T_; ++n) pre_in[n * hc_] = 1.0;
+    for (int64_t s = 0; s < c_.n_mtp_layers; ++s) pre_in = block(c_.num_hidden_layers + s, pre_in);
+    round0_ = 0;  // dspark_draft0's rounds start at 0 with rings from position 0
+    ring0_ = 0;
+    Vec h = collapse(pre_in);
+    h.resize(static_cast<size_t>(count * d_));  // rows 0 .. count-1 predict the drafts
+    const std::string last = core::str_cat("mtp.", c_.n_mtp_layers - 1, ".");
+    const Vec U = matmul(pool_, rms_norm(h, d_, w_.vec(last + "norm.weight"), c_.rms_norm_eps), count,
+                         w_.linear("head"));
+    const int64_t V = c_.vocab_size;
+    std::vector<int32_t> drafts;
+    int64_t o = anchor;
+    for (int64_t k = 0; k < count; ++k) {
+      const Vec emb = w_.rows(last + "markov_head.embed.weight", {o});
+      const Vec bias = matmul(pool_, emb, 1, w_.linear(last + "markov_head.head"));
+      int64_t best = 0;
+      float best_v = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const float x = static_cast<float>(static_cast<double>(U[k * V + v]) + bias[v]);
+        if (v == 0 || x > best_v) {
+          best = v;
+          best_v = x;
+        }
+      }
+      drafts.push_back(static_cast<int32_t>(best));
+      o = best;
+    }
+    return drafts;
+  }
+
   // §2.12 teacher-forced draft rounds after the main pass(es), from the taps of every position: for
   // every p < T-1 the round after p with anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab]
   // (predicting token p+2). The sequence's last call.
@@ -386,6 +462,7 @@ class Prefill {
     DSINFER_CHECK(!drafted_, "V4.1 DSpark: draft 0 was already computed (the sequence's last call)");
     drafted_ = true;
     pos0_ = 0;
+    round0_ = ring0_ = 0;  // rounds from position 0, rings from position 0 (dspark_round moves them)
     T_ = length();
     DSINFER_CHECK(T_ >= 2, "V4.1 DSpark: needs at least 2 prompt tokens");
     const int64_t P = T_ - 1, B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
@@ -859,18 +936,18 @@ class Prefill {
     Vec q = matmul(pool_, qr, T_, w_.linear(p + "wq_b"));
     Vec kv = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"), c_.rms_norm_eps);
     for (int64_t n = 0; n < T_; ++n) {
-      const int64_t pos = n / B + 1 + n % B;
+      const int64_t pos = round0_ + n / B + 1 + n % B;
       for (int64_t h = 0; h < nh; ++h) rope(q.data() + (n * nh + h) * hd, hd, rd, f, pos);
       rope(kv.data() + n * hd, hd, rd, f, pos);
       if (opt_.qdq) qdq_pow2(kv.data() + n * hd, hd, 32, true);
     }
     const Vec& ring = rings_[static_cast<size_t>(s)];
     const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys) {
-      const int64_t round = n / B;
-      for (int64_t j = std::max<int64_t>(0, round - W + 1); j <= round && j < ring_len_; ++j) {
-        keys.push_back(ring.data() + j * hd);
+      const int64_t round = round0_ + n / B;  // rings hold positions ring0_ .. ring0_ + ring_len_ - 1
+      for (int64_t j = std::max<int64_t>(ring0_, round - W + 1); j <= round && j < ring0_ + ring_len_; ++j) {
+        keys.push_back(ring.data() + (j - ring0_) * hd);
       }
-      for (int64_t k = 0; k < B; ++k) keys.push_back(kv.data() + (round * B + k) * hd);
+      for (int64_t k = 0; k < B; ++k) keys.push_back(kv.data() + ((n / B) * B + k) * hd);
       return round + 1 + n % B;  // the query position
     });
     return output_projection(p, o);
@@ -986,6 +1063,7 @@ class Prefill {
   std::vector<Vec> taps_;   // DSpark taps [n, d] of every position per target layer, layer order
   std::vector<Vec> rings_;  // DSpark stage rings [T, hd]
   int64_t ring_len_ = 0, block_ = 0;
+  int64_t round0_ = 0, ring0_ = 0;  // dspark_round: its round's position, the rings' first position
 };
 
 }  // namespace
@@ -1025,6 +1103,9 @@ std::vector<float> Sequence::forward(const std::vector<int32_t>& ids, int64_t lo
 int64_t Sequence::length() const { return state_->p.length(); }
 void Sequence::truncate(int64_t len) { state_->p.truncate(len); }
 std::vector<float> Sequence::dspark_draft0() { return state_->p.dspark_draft0(); }
+std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count) {
+  return state_->p.dspark_round(anchor, count);
+}
 StateRange Sequence::export_range(int64_t begin, int64_t end) const { return state_->p.export_range(begin, end); }
 void Sequence::append_range(const StateRange& range) { state_->p.append_range(range); }
 

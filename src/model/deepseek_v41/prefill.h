@@ -61,6 +61,10 @@ class Sequence {
   // DSpark draft 0 teacher-forced at every position fed so far (as prefill_logits), from the taps
   // the forwards kept; the sequence's last call.
   std::vector<float> dspark_draft0();
+  // One DSpark draft round (§2.12) after the last position fed, anchored on the token that follows it
+  // (not fed): the greedy drafts o_1 .. o_count (count <= dspark block size) for the positions after
+  // the anchor. o_1 is the argmax of the teacher-forced draft 0 at that position. The state is unchanged.
+  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count);
 
   // The state of positions [begin, end) (state_range.h); begin a multiple of every kv source's ratio,
   // end too unless it is length(). append_range: a range starting at length() taken as fed; the

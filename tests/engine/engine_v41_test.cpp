@@ -115,7 +115,7 @@ TEST_F(EngineV41, ReportsTheModelLayout) {
   EXPECT_EQ(i.window, 8);
   EXPECT_EQ(i.block_tokens, 128);
   EXPECT_EQ(i.max_draft_tokens, 5);  // dspark_block_size
-  EXPECT_FALSE(i.supports_replay);
+  EXPECT_TRUE(i.supports_replay);
   EXPECT_EQ(i.identity.rfind("deepseek_v41:", 0), 0u) << i.identity;
   // Per position (tiny_v41.json): 10 layers' window KV (128 floats), kv sources 2, 4 (ratio 2: inputs
   // and gates) and 6, 8 (ratio 1), 3 DSpark taps of 128, the token id and its Engram compressed id.
@@ -299,6 +299,53 @@ TEST_F(EngineV41, PrefixCacheHitIsBitwiseTheColdRun) {
     EXPECT_EQ(again[0].cached, 128);
     EXPECT_EQ(again[0].tokens, warm[0].tokens);
   }
+}
+
+// A hit without a snapshot at its node takes the replay path, which on V4.1 is exact: the blocks are
+// attached and the window recomputed, bit for bit (engine and runner).
+TEST_F(EngineV41, ReplayWithoutASnapshotIsExact) {
+  std::mt19937 rng(12);
+  const auto shared = prompt(rng, 384);  // three blocks; the first request keeps no snapshot at 384
+  auto a_prompt = shared, b_prompt = shared;
+  const auto ta = prompt(rng, 200), tb = prompt(rng, 60);
+  a_prompt.insert(a_prompt.end(), ta.begin(), ta.end());
+  b_prompt.insert(b_prompt.end(), tb.begin(), tb.end());
+  EngineOptions o;
+  auto engine = make_engine(runner(), o);
+  ASSERT_EQ(run_all(*engine, {spec(a_prompt, 2)}).size(), 1u);
+  const RequestSpec b = spec(b_prompt, 10);
+  auto out = run_all(*engine, {b});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cached, 384 - 8);  // window 8 recomputed
+  EXPECT_EQ(engine->metrics().extra.at("prefix_cache_replay_hits_total"), 1);
+  EXPECT_EQ(out[0].tokens, reference(b).tokens);
+
+  auto cold = runner()->new_sequence();
+  const auto want = feed(*cold, b_prompt, 1);
+  std::vector<std::shared_ptr<const KvBlock>> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(runner()->block(*cold, i));
+  auto replayed = runner()->new_sequence();
+  runner()->attach(*replayed, blocks, nullptr);
+  ASSERT_EQ(replayed->length(), 384 - 8);
+  const auto got = feed(*replayed, std::span<const int32_t>(b_prompt.data() + 376, b_prompt.size() - 376), 1);
+  EXPECT_EQ(got, want);
+}
+
+// Two identical prompts computed at once: the later one adopts the cached block (bitwise its own), so
+// it keeps publishing; a block of other tokens is refused.
+TEST_F(EngineV41, AdoptsOnlyABitwiseIdenticalBlock) {
+  std::mt19937 rng(13);
+  const RequestSpec s = spec(prompt(rng, 200), 4);
+  auto cold = runner()->new_sequence();
+  feed(*cold, s.prompt_ids, 0);
+  auto other = runner()->new_sequence();
+  feed(*other, s.prompt_ids, 0);
+  EXPECT_TRUE(runner()->adopt_block(*other, 0, runner()->block(*cold, 0)));
+  auto different = runner()->new_sequence();
+  auto p2 = s.prompt_ids;
+  p2[5] ^= 1;
+  feed(*different, p2, 0);
+  EXPECT_FALSE(runner()->adopt_block(*different, 0, runner()->block(*cold, 0)));
 }
 
 TEST_F(EngineV41, PreemptionUnderATightBudgetKeepsOutputs) {

@@ -1,5 +1,7 @@
 #include "engine/deepseek_v41/v41_runner.h"
 
+#include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <optional>
 
@@ -71,7 +73,7 @@ class V41Runner final : public ModelRunner {
     info_.snapshot_bytes = static_cast<int64_t>(sizeof(V41Snapshot));
     // One DSpark round drafts up to its block size (the greedy Markov chain of §2.12).
     info_.max_draft_tokens = c.dspark && c.n_mtp_layers > 0 ? static_cast<int32_t>(c.dspark->block_size) : 0;
-    info_.supports_replay = false;
+    info_.supports_replay = true;  // and exact (attach)
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -161,11 +163,13 @@ class V41Runner final : public ModelRunner {
               const WindowSnapshot* snapshot) override {
     v41::Sequence& q = seq(s);
     DSINFER_CHECK(q.length() == 0, "attach: the sequence already has ", q.length(), " positions");
-    DSINFER_CHECK(snapshot != nullptr, "attach: the V4.1 model resumes only exactly (no SWA bounded replay)");
-    DSINFER_CHECK(dynamic_cast<const V41Snapshot*>(snapshot) != nullptr,
-                  "attach: a snapshot that this model did not make");
-    DSINFER_CHECK(snapshot->position() == static_cast<int64_t>(blocks.size()) * kBlock, "attach: a snapshot at ",
-                  snapshot->position(), " for ", blocks.size(), " blocks");
+    const int64_t h = static_cast<int64_t>(blocks.size()) * kBlock;
+    if (snapshot) {
+      DSINFER_CHECK(dynamic_cast<const V41Snapshot*>(snapshot) != nullptr,
+                    "attach: a snapshot that this model did not make");
+      DSINFER_CHECK(snapshot->position() == h, "attach: a snapshot at ", snapshot->position(), " for ", blocks.size(),
+                    " blocks");
+    }
     for (size_t i = 0; i < blocks.size(); ++i) {
       const auto* vb = dynamic_cast<const V41Block*>(blocks[i].get());
       DSINFER_CHECK(vb != nullptr, "attach: a block that this model did not make");
@@ -173,10 +177,44 @@ class V41Runner final : public ModelRunner {
                     vb->range.begin);
       q.append_range(vb->range);
     }
+    // Replay: start the last window over. The blocks hold every position's state, so this is a plain
+    // rollback and feeding the window again recomputes it bit for bit (exact, unlike V4's replay).
+    if (!snapshot) q.truncate(h - std::min<int64_t>(info_.window, h));
+  }
+
+  // The block the cache holds was computed from the same tokens by the same numerics; it is adopted
+  // when it is bitwise this sequence's own (the sequence keeps its copy: its arrays are contiguous).
+  bool adopt_block(SequenceState& s, int64_t index, const std::shared_ptr<const KvBlock>& shared) override {
+    const auto* vb = dynamic_cast<const V41Block*>(shared.get());
+    if (vb == nullptr) return false;
+    const v41::StateRange own = seq(s).export_range(index * kBlock, (index + 1) * kBlock);
+    const v41::StateRange& o = vb->range;
+    if (own.begin != o.begin || own.end != o.end || own.ids != o.ids || own.cid != o.cid ||
+        own.sources.size() != o.sources.size() || !same_bits(own.windows, o.windows) || !same_bits(own.taps, o.taps)) {
+      return false;
+    }
+    for (size_t i = 0; i < own.sources.size(); ++i) {
+      const auto &a = own.sources[i], &b = o.sources[i];
+      if (a.layer != b.layer || a.ratio != b.ratio || !same_bits(a.u, b.u) || !same_bits(a.g, b.g) ||
+          !same_bits(a.ckv, b.ckv) || !same_bits(a.ik, b.ik)) {
+        return false;
+      }
+    }
+    return true;
   }
 
  private:
   static constexpr int64_t kBlock = 128;
+  static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  }
+  static bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!same_bits(a[i], b[i])) return false;
+    }
+    return true;
+  }
   static v41::Sequence& seq(SequenceState& s) { return *static_cast<V41Seq&>(s).seq; }
   static const v41::Sequence& seq(const SequenceState& s) { return *static_cast<const V41Seq&>(s).seq; }
 

@@ -7,7 +7,11 @@
 // n·128 is exactly the concatenation of blocks 0..n-1: attach() appends the blocks to a fresh
 // sequence and the sequence continues bit for bit. Every kv-source ratio (1, 2) divides 128, so no
 // compressed group straddles a block. A snapshot is then only a position (nothing beyond the blocks
-// is needed): exact resume always works, so there is no SWA bounded replay (supports_replay = false).
+// is needed). A hit without a snapshot (blocks from the KV store, a node without one) takes the
+// engine's replay path, which here is exact too: the blocks are attached and the sequence rolled back
+// to the window's start, and the window is recomputed bit for bit (supports_replay = true).
+// adopt_block accepts a cached block that is bitwise the sequence's own (so a request whose blocks
+// the cache got from elsewhere keeps publishing snapshots).
 // Costs, reported honestly in ModelInfo: block_bytes is everything a block holds (window KV of every
 // layer included, which V4 keeps in a ring instead), and an attached block is copied into the
 // sequence, so a resumed request holds its prefix twice (the cache's block and its own copy) while

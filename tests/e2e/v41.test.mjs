@@ -37,8 +37,10 @@ test('V4.1: chat completion, streamed', async () => {
 
 // A repeat of a long prompt resumes from the prefix cache (whole 128-token blocks) and answers exactly
 // as the cold request did, greedy and seeded-sampled.
+const long = Array.from({ length: 90 }, (_, i) => `word${i}`).join(' ');
+let coldGreedy = null;  // the first server's greedy answer to `long`
+
 test('V4.1: a repeated long prompt is served from the prefix cache with the same answer', async () => {
-  const long = Array.from({ length: 90 }, (_, i) => `word${i}`).join(' ');
   for (const sampling of [{ temperature: 0 }, { temperature: 1, seed: 11 }]) {
     const ask = () => file.client.chat.completions.create({
       model: MODEL, max_tokens: 10, ...sampling,
@@ -51,10 +53,13 @@ test('V4.1: a repeated long prompt is served from the prefix cache with the same
       `cached ${warm.usage.prompt_tokens_details.cached_tokens}`);
     assert.equal(warm.choices[0].message.content, cold.choices[0].message.content);
     assert.equal(warm.usage.completion_tokens, cold.usage.completion_tokens);
+    if (sampling.temperature === 0) coldGreedy = cold.choices[0].message.content;
   }
 });
 
-test('V4.1: --speculation (DSpark drafts) gives the same greedy answer', async () => {
+// A second server on the same KV store (DSINFER_HOME): the long prompt's blocks come from the store
+// (import_block) and the answer is the first server's; then speculation with DSpark drafts.
+test('V4.1: a restarted server resumes from the KV store; --speculation gives the same greedy answer', async () => {
   const ask = (client) => client.chat.completions.create({
     model: MODEL, max_tokens: 12, temperature: 0,
     messages: [{ role: 'user', content: 'Name three colours.' }], thinking: { type: 'disabled' },
@@ -64,6 +69,12 @@ test('V4.1: --speculation (DSpark drafts) gives the same greedy answer', async (
   try {
     const OpenAI = npm('openai');
     const client = new OpenAI({ baseURL: `${spec.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+    const stored = await client.chat.completions.create({
+      model: MODEL, max_tokens: 10, temperature: 0,
+      messages: [{ role: 'user', content: long }], thinking: { type: 'disabled' },
+    });
+    assert.ok(stored.usage.prompt_tokens_details.cached_tokens > 0, 'a KV store hit');
+    assert.equal(stored.choices[0].message.content, coldGreedy);
     const drafted = await ask(client);
     assert.equal(drafted.choices[0].message.content, plain.choices[0].message.content);
     assert.equal(drafted.usage.completion_tokens, plain.usage.completion_tokens);

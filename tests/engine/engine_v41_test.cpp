@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "engine/deepseek_v4/v4_runner.h"
 #include "engine/deepseek_v41/v41_runner.h"
+#include "engine/deepseek_v41/v41_state_codec.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine_test_util.h"
@@ -404,6 +405,27 @@ TEST_F(EngineV41, BlockBytesRoundTripAndCorruptionIsRefused) {
   auto bad_magic = bytes[0];
   bad_magic[0] ^= 1;
   EXPECT_THROW(runner()->import_block(0, bad_magic), core::Error);
+}
+
+// Bytes that pass the checksum are still checked: a range of another shape or another layout is refused.
+TEST_F(EngineV41, WellFramedBytesOfAnotherShapeOrLayoutAreRefused) {
+  std::mt19937 rng(14);
+  v41::Sequence seq(*ck_, map_, {});
+  seq.forward(prompt(rng, 130), 0);
+  const v41::StateRange good = seq.export_range(0, 128);
+  const std::string& layout = runner()->info().cache_layout;
+  EXPECT_NE(runner()->import_block(0, encode_v41_state(good, V41StateKind::kBlock, layout, 0)), nullptr);
+  v41::StateRange fewer_layers = good;
+  fewer_layers.windows.pop_back();
+  EXPECT_THROW(runner()->import_block(0, encode_v41_state(fewer_layers, V41StateKind::kBlock, layout, 0)), core::Error);
+  v41::StateRange short_keys = good;
+  short_keys.sources[0].ik.resize(short_keys.sources[0].ik.size() - 1);
+  EXPECT_THROW(runner()->import_block(0, encode_v41_state(short_keys, V41StateKind::kBlock, layout, 0)), core::Error);
+  EXPECT_THROW(runner()->import_block(0, encode_v41_state(good, V41StateKind::kBlock, layout + "; other", 0)),
+               core::Error);
+  EXPECT_THROW(runner()->import_block(0, encode_v41_state(good, V41StateKind::kSequence, layout, 0)), core::Error);
+  // A range that starts inside a ratio-2 group cannot be cut from a sequence.
+  EXPECT_THROW(seq.export_range(1, 128), core::Error);
 }
 
 // The whole state at an odd length (an open ratio-2 group) moves to a new sequence, which continues

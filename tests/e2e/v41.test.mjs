@@ -58,14 +58,20 @@ test('V4.1: a repeated long prompt is served from the prefix cache with the same
 });
 
 // A second server on the same KV store (DSINFER_HOME): the long prompt's blocks come from the store
-// (import_block) and the answer is the first server's; then speculation with DSpark drafts.
+// (import_block) and the answer is the first server's; then speculation with DSpark drafts; and the
+// first server's default template is the explicit --prompt-version v41 of this one.
 test('V4.1: a restarted server resumes from the KV store; --speculation gives the same greedy answer', async () => {
   const ask = (client) => client.chat.completions.create({
     model: MODEL, max_tokens: 12, temperature: 0,
     messages: [{ role: 'user', content: 'Name three colours.' }], thinking: { type: 'disabled' },
   });
   const plain = await ask(file.client);
-  const spec = await startServer(['--speculation', '--draft-tokens', '3']);
+  // Thinking on (the default) renders differently under the V4 and V4.1 templates (the effort line).
+  const thinking = (client) => client.chat.completions.create({
+    model: MODEL, max_tokens: 2, temperature: 0, messages: [{ role: 'user', content: 'Why?' }],
+  });
+  const defaultTemplate = await thinking(file.client);
+  const spec = await startServer(['--speculation', '--draft-tokens', '3', '--prompt-version', 'v41']);
   try {
     const OpenAI = npm('openai');
     const client = new OpenAI({ baseURL: `${spec.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
@@ -76,6 +82,8 @@ test('V4.1: a restarted server resumes from the KV store; --speculation gives th
     assert.ok(stored.usage.prompt_tokens_details.cached_tokens > 0, 'a KV store hit');
     assert.equal(stored.choices[0].message.content, coldGreedy);
     const drafted = await ask(client);
+    // The first server was started without --prompt-version: its template is V4.1's too.
+    assert.equal((await thinking(client)).usage.prompt_tokens, defaultTemplate.usage.prompt_tokens);
     assert.equal(drafted.choices[0].message.content, plain.choices[0].message.content);
     assert.equal(drafted.usage.completion_tokens, plain.usage.completion_tokens);
   } finally {

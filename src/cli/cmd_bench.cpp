@@ -128,7 +128,8 @@ int run_bench(int argc, char** argv) {
   Args args("bench",
             "Prefill tokens/s and single-stream decode tokens/s of a model, with this machine's measured read\n"
             "bandwidth and FMA peak, the decode roofline (weight bytes touched per token / bandwidth) and\n"
-            "the fraction of it reached. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
+            "the fraction of it reached. A V4.1 checkpoint runs through its engine adapter and also reports the bytes\n"
+            "its forward reads (FP8 weights decoded to BF16) and the Engram table rows. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
             "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.");
   add_model_flags(args);
   args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens)", "512");

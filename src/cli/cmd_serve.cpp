@@ -49,7 +49,8 @@ namespace fs = std::filesystem;
 
 int run_serve(int argc, char** argv) {
   Args args("serve",
-            "Serve a DeepSeek-V4 checkpoint over HTTP: OpenAI Chat Completions, Responses and Completions,\n"
+            "Serve a DeepSeek-V4 or V4.1 checkpoint (by config.json's architectures[0]) over HTTP: OpenAI Chat\n"
+            "Completions, Responses and Completions,\n"
             "Anthropic Messages, streaming (SSE) and not. Without --model it serves the embedded tiny model,\n"
             "generated on first use under ${DSINFER_HOME:-$HOME/.cache/dsinfer}/models/. Stops cleanly on\n"
             "SIGINT/SIGTERM (a second signal cancels what is still running).");

@@ -35,7 +35,8 @@ void add_api_server_flags(Args& args, const char* api_key_help) {
   args.option("shutdown-timeout", "SECONDS", "on SIGINT/SIGTERM, time in-flight requests get to finish", "30");
   args.option("io-threads", "N", "threads for network I/O and streaming output", "2");
   args.option("prep-threads", "N", "threads that convert, render and encode incoming requests", "2");
-  args.option("prompt-version", "v4|v41", "prompt template: V4 or V4.1", "v4");
+  args.option("prompt-version", "v4|v41",
+              "prompt template: V4 or V4.1 (default: serve the checkpoint's architecture's, router v4)");
   args.flag("no-thinking", "requests that do not choose get thinking mode off (default: on, as deepseek-recipe)");
   args.flag("deepseek-usage-chunk",
             "streamed Chat Completions carry usage on the finish chunk, always (DeepSeek's API); default: OpenAI's "
@@ -81,7 +82,7 @@ ApiServerFlags read_api_server_flags(const Args& args, const char* command) {
   opt.retry_after_seconds = static_cast<int>(args.get_int("retry-after", 0, 86400));
   opt.io_threads = static_cast<int>(args.get_int("io-threads", 1, 1024));
   opt.prep_threads = static_cast<int>(args.get_int("prep-threads", 1, 1024));
-  const std::string pv = args.get("prompt-version");
+  const std::string pv = args.get_optional("prompt-version").value_or("v4");
   DSINFER_CHECK(pv == "v4" || pv == "v41" || pv == "v4.1", command, ": --prompt-version must be v4 or v41, got '", pv,
                 "'");
   opt.prompt_version = pv == "v4" ? recipe::PromptVersion::kV4 : recipe::PromptVersion::kV41;

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +20,9 @@
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/model.h"
 #include "model/inventory.h"
+#if DSINFER_ENGINE_HAVE_V41
+#include "engine/deepseek_v4/v4_runner.h"
+#endif
 
 namespace dsinfer::cli {
 namespace {
@@ -36,8 +42,13 @@ struct TokenTraffic {
   double mhc = 0;         // hyper-connection projections
   double head = 0;        // lm head, final norm, hc head
   double embed = 0;       // one embedding row
+  double engram = 0;      // V4.1 Engram: the looked-up table rows (with their scales), wkv, gate weights
+  double engram_rows = 0; // of which the table rows
   double linear_macs = 0; // multiply-adds of the products (for the FLOP count)
-  double total() const { return attention + compressor + shared + routed + router + mhc + head + embed; }
+  // What the V4.1 forward reads: its FP8 (32x32-block) weights are decoded to BF16 once at preparation
+  // (model/deepseek_v41/prefill.h), so a decoded token reads twice their stored bytes and no scales.
+  double prepared = 0;
+  double total() const { return attention + compressor + shared + routed + router + mhc + head + embed + engram; }
 };
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
@@ -48,9 +59,13 @@ bool contains(const std::string& s, const char* part) { return s.find(part) != s
 TokenTraffic token_traffic(const model::Checkpoint& ckpt) {
   const model::ModelConfig& c = ckpt.config();
   const double expert_share = static_cast<double>(c.num_experts_per_tok) / static_cast<double>(c.n_routed_experts);
+  const bool v41 = c.arch == model::Architecture::kDeepseekV41;
+  std::map<std::string, core::DType> linear_dtype;  // a linear's weight dtype, for its scale's prepared bytes
   TokenTraffic t;
   for (const model::TensorSpec& spec : model::expected_tensors(c)) {
     if (spec.layer >= 0 && c.is_mtp_stage(spec.layer)) continue;
+    // V4.1: the DSpark head (mtp.*) is not run while decoding; bias_vl acts only on image spans.
+    if (spec.name.rfind("mtp.", 0) == 0 || contains(spec.name, ".gate.bias_vl")) continue;
     const model::TensorView* view = ckpt.find(spec.name);
     DSINFER_CHECK(view != nullptr, "bench: checkpoint ", ckpt.dir(), " has no tensor '", spec.name, "'");
     const double bytes = static_cast<double>(view->nbytes);
@@ -62,6 +77,12 @@ TokenTraffic token_traffic(const model::Checkpoint& ckpt) {
       share = 1.0 / static_cast<double>(spec.shape.empty() ? 1 : spec.shape[0]);
     } else if (spec.kind == model::TensorKind::kTid2Eid) {
       continue;
+    } else if (spec.kind == model::TensorKind::kEngramTable || spec.kind == model::TensorKind::kEngramScale) {
+      part = &t.engram;  // columns() rows of the table per token (model-v41.md §2.15)
+      share = static_cast<double>(c.engram->columns()) / static_cast<double>(spec.shape.at(0));
+      t.engram_rows += bytes * share;
+    } else if (contains(n, ".engram.")) {
+      part = &t.engram;
     } else if (contains(n, ".ffn.experts.")) {
       part = &t.routed;
       share = expert_share;
@@ -81,6 +102,14 @@ TokenTraffic token_traffic(const model::Checkpoint& ckpt) {
       part = &t.attention;
     }
     *part += bytes * share;
+    double prepared = bytes * share;
+    if (v41 && spec.kind == model::TensorKind::kLinearWeight) {
+      linear_dtype[spec.linear] = view->dtype;
+      if (view->dtype == core::DType::kF8E4M3) prepared = 2.0 * static_cast<double>(view->numel()) * share;
+    } else if (v41 && spec.kind == model::TensorKind::kLinearScale && linear_dtype[spec.linear] == core::DType::kF8E4M3) {
+      prepared = 0;
+    }
+    t.prepared += prepared;
     if (spec.kind == model::TensorKind::kLinearWeight || spec.kind == model::TensorKind::kHcFn) {
       const double elems = spec.kind == model::TensorKind::kLinearWeight
                                ? static_cast<double>(spec.rows) * static_cast<double>(spec.cols)
@@ -99,7 +128,8 @@ int run_bench(int argc, char** argv) {
   Args args("bench",
             "Prefill tokens/s and single-stream decode tokens/s of a model, with this machine's measured read\n"
             "bandwidth and FMA peak, the decode roofline (weight bytes touched per token / bandwidth) and\n"
-            "the fraction of it reached. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
+            "the fraction of it reached. A V4.1 checkpoint runs through its engine adapter and also reports the bytes\n"
+            "its forward reads (FP8 weights decoded to BF16) and the Engram table rows. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
             "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.");
   add_model_flags(args);
   args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens)", "512");
@@ -122,46 +152,81 @@ int run_bench(int argc, char** argv) {
   opt.numerics.kv_qdq = model_flags.kv_qdq;
   opt.threads = model_flags.threads;
   opt.prefault = true;
+  const model::ModelConfig config = model::ModelConfig::load(dir + "/config.json");
+  // One stream of tokens through the model: feeds them, returns the greedy next token.
+  using Step = std::function<int32_t(std::span<const int32_t>)>;
+  std::function<Step()> new_stream;
+  std::string numerics;
+  int threads = 0;
+  std::unique_ptr<v4::Model> model;
+  std::vector<v4::SequenceOutput> out(1);
   const auto t_load = Clock::now();
-  auto model = v4::Model::load(dir, opt);
+  if (config.arch == model::Architecture::kDeepseekV41) {
+#if DSINFER_ENGINE_HAVE_V41
+    // V4.1 through its engine adapter (what serve runs); weights are prepared lazily, on the warm-up.
+    engine::V4RunnerOptions ro;
+    ro.model = opt;
+    std::shared_ptr<engine::ModelRunner> runner = engine::open_model(dir, ro);
+    threads = runner->pool().size();
+    numerics = core::str_cat("V4.1 exact, kv qdq ", model_flags.kv_qdq ? "on" : "off");
+    new_stream = [runner]() -> Step {
+      std::shared_ptr<engine::SequenceState> seq = runner->new_sequence();
+      return [runner, seq](std::span<const int32_t> tokens) {
+        engine::ForwardItem item;
+        item.seq = seq.get();
+        item.tokens = tokens;
+        item.logit_rows = 1;
+        std::vector<float> logits;
+        runner->forward({&item, 1}, logits);
+        return argmax(logits);
+      };
+    };
+#else
+    core::fail("dsinfer bench: this build has no DeepSeek-V4.1 engine adapter");
+#endif
+  } else {
+    model = v4::Model::load(dir, opt);
+    threads = model->pool().size();
+    numerics = model->shape().numerics.describe();
+    new_stream = [&]() -> Step {
+      std::shared_ptr<v4::SequenceState> seq = model->new_sequence();
+      return [&, seq](std::span<const int32_t> tokens) {
+        v4::SequenceInput in;
+        in.state = seq.get();
+        in.tokens = tokens;
+        in.logits = v4::LogitRows::kLast;
+        model->forward({&in, 1}, out);
+        return argmax(out[0].logits);
+      };
+    };
+  }
   const double load_s = seconds(t_load, Clock::now());
-  const int threads = model->pool().size();
 
   // Limits first, with the model loaded (the same memory state as the runs), the pool idle.
   const auto limits = kernels::measure_machine_limits(threads, args.get_mib_as_bytes("bandwidth-mib", 1, 1 << 20));
   const TokenTraffic traffic = token_traffic(*model::Checkpoint::open(dir));
 
-  const int64_t vocab = model->config().vocab_size;
+  const int64_t vocab = config.vocab_size;
   std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));
   std::uniform_int_distribution<int32_t> random_token(2, static_cast<int32_t>(vocab - 1));
   std::vector<int32_t> prompt(prompt_len);
   for (auto& id : prompt) id = random_token(rng);
-  std::vector<v4::SequenceOutput> out(1);
-  auto step = [&](v4::SequenceState* seq, std::span<const int32_t> tokens) {
-    v4::SequenceInput in;
-    in.state = seq;
-    in.tokens = tokens;
-    in.logits = v4::LogitRows::kLast;
-    model->forward({&in, 1}, out);
-    return argmax(out[0].logits);
-  };
-
-  {  // Untimed: grow the workspaces to the prefill size once.
-    auto warm = model->new_sequence();
-    step(warm.get(), std::span<const int32_t>(prompt.data(), std::min<int64_t>(prompt_len, 64)));
+  {  // Untimed: grow the workspaces to the prefill size once (V4.1: prepare the weights it touches).
+    Step warm = new_stream();
+    warm(std::span<const int32_t>(prompt.data(), std::min<int64_t>(prompt_len, 64)));
   }
-  auto seq = model->new_sequence();
+  Step step = new_stream();
   const auto t_prefill = Clock::now();
-  int32_t next = step(seq.get(), prompt);
+  int32_t next = step(prompt);
   const double prefill_s = seconds(t_prefill, Clock::now());
 
-  for (int64_t i = 0; i < warmup; ++i) next = step(seq.get(), std::span<const int32_t>(&next, 1));
+  for (int64_t i = 0; i < warmup; ++i) next = step(std::span<const int32_t>(&next, 1));
   std::vector<double> step_s;
   step_s.reserve(decode_tokens);
   const auto t_decode = Clock::now();
   for (int64_t i = 0; i < decode_tokens; ++i) {
     const auto t0 = Clock::now();
-    next = step(seq.get(), std::span<const int32_t>(&next, 1));
+    next = step(std::span<const int32_t>(&next, 1));
     step_s.push_back(seconds(t0, Clock::now()));
   }
   const double decode_s = seconds(t_decode, Clock::now());
@@ -175,14 +240,18 @@ int run_bench(int argc, char** argv) {
   const double roofline_tps = bw / bytes;
   const double prefill_gflops = 2.0 * traffic.linear_macs * prefill_tps / 1e9;
 
-  std::printf("model %s: %s, %d threads, loaded in %.1f s\n", dir.c_str(), model->shape().numerics.describe().c_str(),
-              threads, load_s);
+  std::printf("model %s: %s, %d threads, loaded in %.1f s\n", dir.c_str(), numerics.c_str(), threads, load_s);
   std::printf("%s", limits.describe().c_str());
   std::printf(
       "weights read per decoded token: %.1f MB (attention %.1f, compressors+indexer %.1f, shared experts %.1f, "
-      "routed experts %.1f, router %.1f, mHC %.1f, head %.1f, embedding row %.3f)\n",
+      "routed experts %.1f, router %.1f, mHC %.1f, head %.1f, embedding row %.3f, Engram %.3f of which table rows %.4f)\n",
       bytes / 1e6, traffic.attention / 1e6, traffic.compressor / 1e6, traffic.shared / 1e6, traffic.routed / 1e6,
-      traffic.router / 1e6, traffic.mhc / 1e6, traffic.head / 1e6, traffic.embed / 1e6);
+      traffic.router / 1e6, traffic.mhc / 1e6, traffic.head / 1e6, traffic.embed / 1e6, traffic.engram / 1e6,
+      traffic.engram_rows / 1e6);
+  if (config.arch == model::Architecture::kDeepseekV41) {
+    std::printf("as the V4.1 forward reads them (FP8 weights decoded to BF16): %.1f MB per token; roofline %.1f tok/s\n",
+                traffic.prepared / 1e6, limits.bandwidth.gb_per_s * 1e9 / traffic.prepared);
+  }
   std::printf("prefill: %lld tokens in %.3f s = %.1f tok/s (products %.1f GFLOP/s = %.0f%% of the FMA peak)\n",
               static_cast<long long>(prompt_len), prefill_s, prefill_tps, prefill_gflops,
               100.0 * prefill_gflops / limits.fma.gflops);

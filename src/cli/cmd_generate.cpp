@@ -35,8 +35,9 @@ namespace {
 
 int run_generate(int argc, char** argv) {
   Args args("generate",
-            "Generate tokens through the serving engine: one prompt (--prompt-ids, ids printed as they come) or "
-            "many (--prompts FILE.jsonl, one JSON result per input line, in input order).");
+            "Generate tokens through the serving engine (DeepSeek-V4 or V4.1 checkpoints): one prompt (--prompt-ids, "
+            "ids printed as they come) or many (--prompts FILE.jsonl, one JSON result per input line, in input "
+            "order).");
   add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated prompt token ids (one prompt)");
   args.option("prompts", "FILE",

@@ -20,6 +20,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "model/config.h"
+#include "model/registry.h"
 #if DSINFER_ENGINE_HAVE_V4
 #include "engine/deepseek_v4/v4_runner.h"
 #endif
@@ -47,7 +49,8 @@ namespace fs = std::filesystem;
 
 int run_serve(int argc, char** argv) {
   Args args("serve",
-            "Serve a DeepSeek-V4 checkpoint over HTTP: OpenAI Chat Completions, Responses and Completions,\n"
+            "Serve a DeepSeek-V4 or V4.1 checkpoint (by config.json's architectures[0]) over HTTP: OpenAI Chat\n"
+            "Completions, Responses and Completions,\n"
             "Anthropic Messages, streaming (SSE) and not. Without --model it serves the embedded tiny model,\n"
             "generated on first use under ${DSINFER_HOME:-$HOME/.cache/dsinfer}/models/. Stops cleanly on\n"
             "SIGINT/SIGTERM (a second signal cancels what is still running).");
@@ -140,6 +143,13 @@ int run_serve(int argc, char** argv) {
     model_dir = made.dir;
   }
   opt.model_names = served_model_names(args, default_name);
+  // Without --prompt-version the template follows the checkpoint's architecture (the registry's
+  // tokenizer version): a V4.1 checkpoint gets the V4.1 template and control tokens.
+  if (!args.has("prompt-version")) {
+    const model::ModelConfig config = model::ModelConfig::load(model_dir + "/config.json");
+    opt.prompt_version = model::architecture_info(config.arch).tokenizer_version == "v41" ? recipe::PromptVersion::kV41
+                                                                                          : recipe::PromptVersion::kV4;
+  }
 
 #if !DSINFER_ENGINE_HAVE_V4
   core::fail("dsinfer serve: this build has no DeepSeek-V4 engine (src/engine/deepseek_v4)");

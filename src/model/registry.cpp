@@ -7,10 +7,10 @@ namespace dsinfer::model {
 const std::vector<ArchitectureInfo>& architectures() {
   static const std::vector<ArchitectureInfo> kTable = {
       {Architecture::kDeepseekV4, "DeepseekV4ForCausalLM", "deepseek_v4", "", "model-v4.md", 128, 128, "v4", true},
-      // V4.1: config, inventory, mkmodel, inspect and `dsinfer logits` (one-pass prefill + DSpark draft 0
-      // in model/deepseek_v41/prefill.*); no sequence state, so no engine adapter yet.
+      // V4.1: config, inventory, mkmodel, inspect, `dsinfer logits` (model/deepseek_v41/prefill.*) and the
+      // engine through its adapter (engine/deepseek_v41/v41_runner.h: serve, generate, bench).
       {Architecture::kDeepseekV41, "DeepseekV41ForCausalLM", "deepseek_v41", "deepseek_v41_text", "model-v41.md", 32,
-       32, "v41", false},
+       32, "v41", true},
   };
   return kTable;
 }

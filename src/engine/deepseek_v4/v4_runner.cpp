@@ -13,6 +13,9 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
+#if DSINFER_ENGINE_HAVE_V41
+#include "engine/deepseek_v41/v41_runner.h"
+#endif
 #include "kernels/cpu/targets.h"
 #include "model/deepseek_v4/compressed_block.h"
 
@@ -417,6 +420,21 @@ std::string checkpoint_identity(const std::string& dir) {
 }
 
 std::shared_ptr<ModelRunner> open_model(const std::string& dir, const V4RunnerOptions& options) {
+#if DSINFER_ENGINE_HAVE_V41
+  // The registry's architectures[0] picks the adapter; V4.1 takes the options it has (v41_runner.h).
+  const model::ModelConfig config = model::ModelConfig::load(dir + "/config.json");
+  if (config.arch == model::Architecture::kDeepseekV41) {
+    DSINFER_CHECK(options.model.numerics.mode == v4::NumericsMode::kExact, dir,
+                  ": a DeepseekV41ForCausalLM checkpoint runs only with --numerics exact");
+    V41RunnerOptions o;
+    o.qdq = options.model.numerics.kv_qdq;
+    o.threads = options.model.threads;
+    o.pool = options.model.pool;
+    auto runner = open_v41_model(dir, o);
+    if (options.model.progress) options.model.progress(1, 1);
+    return runner;
+  }
+#endif
   v4::ModelOptions mo = options.model;
   if (mo.pool == nullptr && mo.threads == 0) mo.pool = &core::ThreadPool::global();
   std::string identity = checkpoint_identity(dir) + "; numerics " + mo.numerics.describe();

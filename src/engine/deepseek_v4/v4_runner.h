@@ -31,7 +31,9 @@ struct V4RunnerOptions {
   V4SequenceCodec sequence_codec;
 };
 
-// Loads DIR (config.json + safetensors) for the engine. The identity that seeds the prefix cache is a
+// Loads DIR (config.json + safetensors) for the engine. A DeepseekV41ForCausalLM checkpoint (config's
+// architectures[0]) opens the V4.1 adapter instead (deepseek_v41/v41_runner.h) with the options that
+// apply to it (kv_qdq, threads, pool; numerics must be exact; the sequence codec is V4's only). The identity that seeds the prefix cache is a
 // hash of config.json, the safetensors headers and sizes, and the numerics.
 std::shared_ptr<ModelRunner> open_model(const std::string& dir, const V4RunnerOptions& options = {});
 

@@ -15,6 +15,7 @@
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/vec.h"
 #include "model/deepseek_v41/engram_hash.h"
+#include "model/deepseek_v41/state_range.h"
 
 namespace dsinfer::model::deepseek_v41 {
 namespace {
@@ -275,8 +276,12 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 class Prefill {
  public:
-  Prefill(const Checkpoint& ck, const EngramTokenMap* map, const PrefillOptions& o)
-      : c_(ck.config()), w_(ck, o.double_accumulation), map_(map), opt_(o), pool_(o.pool ? *o.pool : core::ThreadPool::global()),
+  Prefill(const Checkpoint& ck, const EngramTokenMap* map, const PrefillOptions& o,
+          std::shared_ptr<Weights> weights = nullptr)
+      : c_(ck.config()),
+        weights_(weights ? std::move(weights) : std::make_shared<Weights>(ck, o.double_accumulation)),
+        w_(*weights_),
+        map_(map), opt_(o), pool_(o.pool ? *o.pool : core::ThreadPool::global()),
         hc_(c_.hc_mult), d_(c_.hidden_size) {
     DSINFER_CHECK(c_.arch == Architecture::kDeepseekV41, "V4.1 prefill: the checkpoint is ", c_.architecture);
     if (c_.engram) {
@@ -314,6 +319,151 @@ class Prefill {
     for (Vec& tap : taps_) tap.resize(static_cast<size_t>(len * d_));
   }
 
+  // ---- State ranges (state_range.h): the engine adapter's blocks. Only copies of the arrays the
+  // forward appends to, so exporting and re-appending them changes no bit of what follows. ----
+
+  StateRange export_range(int64_t begin, int64_t end) const {
+    DSINFER_CHECK(begin >= 0 && begin <= end && end <= length(), "V4.1 sequence: range [", begin, ", ", end,
+                  ") of ", length(), " positions");
+    DSINFER_CHECK(!drafted_, "V4.1 sequence: no state export after the DSpark draft head");
+    const int64_t hd = c_.head_dim, ixd = c_.index_head_dim;
+    StateRange r;
+    r.begin = begin;
+    r.end = end;
+    r.ids.assign(ids_.begin() + begin, ids_.begin() + end);
+    if (c_.engram) r.cid.assign(cid_.begin() + begin, cid_.begin() + end);
+    auto slice = [](const Vec& v, int64_t from, int64_t to, int64_t width) {
+      return Vec(v.begin() + from * width, v.begin() + to * width);
+    };
+    if (length() == 0) {  // nothing fed yet: the arrays exist once the first forward made them
+      r.windows.assign(static_cast<size_t>(c_.num_hidden_layers), Vec());
+      for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
+        const LayerRoles& roles = c_.layer_roles(L);
+        if (roles.dspark_target) r.taps.emplace_back();
+        if (roles.owns_compressor) r.sources.push_back({L, roles.ratio, {}, {}, {}, {}});
+      }
+      return r;
+    }
+    for (const auto& [L, w] : windows_) r.windows.push_back(slice(w, begin, end, hd));
+    for (const auto& [L, src] : sources_) {
+      // An open group (inputs only) may end the range only where the sequence ends.
+      DSINFER_CHECK(begin % src.ratio == 0 && (end % src.ratio == 0 || end == length()), "V4.1 sequence: range [",
+                    begin, ", ", end, ") splits a ratio-", src.ratio, " group of layer ", L);
+      StateRange::Source s;
+      s.layer = L;
+      s.ratio = src.ratio;
+      s.u = slice(src.u, begin, end, hd);
+      if (!src.g.empty()) s.g = slice(src.g, begin, end, hd);
+      s.ckv = slice(src.ckv, begin / src.ratio, end / src.ratio, hd);
+      s.ik = slice(src.ik, begin / src.ratio, end / src.ratio, ixd);
+      r.sources.push_back(std::move(s));
+    }
+    for (const Vec& tap : taps_) r.taps.push_back(slice(tap, begin, end, d_));
+    return r;
+  }
+
+  // Appends the state of positions length() .. r.end, as if they had been fed.
+  void append_range(const StateRange& r) {
+    check_state_range(c_, r);
+    DSINFER_CHECK(r.begin == length(), "V4.1 sequence: a range from ", r.begin, " appended at ", length());
+    DSINFER_CHECK(!drafted_, "V4.1 sequence: no state import after the DSpark draft head");
+    ids_.insert(ids_.end(), r.ids.begin(), r.ids.end());
+    if (c_.engram) cid_.insert(cid_.end(), r.cid.begin(), r.cid.end());
+    for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
+      Vec& w = windows_[L];
+      w.insert(w.end(), r.windows[L].begin(), r.windows[L].end());
+    }
+    for (const StateRange::Source& s : r.sources) {
+      KvSource& src = sources_[s.layer];
+      src.ratio = s.ratio;
+      src.u.insert(src.u.end(), s.u.begin(), s.u.end());
+      src.g.insert(src.g.end(), s.g.begin(), s.g.end());
+      src.ckv.insert(src.ckv.end(), s.ckv.begin(), s.ckv.end());
+      src.ik.insert(src.ik.end(), s.ik.begin(), s.ik.end());
+      src.G = r.end / s.ratio;
+    }
+    if (taps_.size() < r.taps.size()) taps_.resize(r.taps.size());
+    for (size_t i = 0; i < r.taps.size(); ++i) taps_[i].insert(taps_[i].end(), r.taps[i].begin(), r.taps[i].end());
+  }
+
+  // ---- end of state ranges ----
+
+  // §2.12 one draft round after the last position p = length() - 1 with the anchor (the token at p+1,
+  // not fed): the greedy Markov chain o_1 .. o_count. Rings only for the W positions the round sees;
+  // every product is row-wise, so o_1 is bitwise the argmax of dspark_draft0's row p. Leaves the
+  // sequence's state as it was (only chunk scratch is written).
+  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count) {
+    DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
+    DSINFER_CHECK(!drafted_, "V4.1 DSpark: the sequence's teacher-forced draft head already ran");
+    DSINFER_CHECK(length() >= 1, "V4.1 DSpark: a draft round needs a committed position");
+    DSINFER_CHECK(anchor >= 0 && anchor < c_.vocab_size, "V4.1 DSpark: anchor ", anchor, " out of range");
+    const int64_t B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim, W = c_.sliding_window;
+    DSINFER_CHECK(count >= 1 && count <= B, "V4.1 DSpark: ", count, " drafts asked, a round makes 1 to ", B);
+    const int64_t p = length() - 1, q0 = std::max<int64_t>(0, p - W + 1), nq = p - q0 + 1;
+    const int64_t nt = static_cast<int64_t>(taps_.size());
+    Vec hidden(static_cast<size_t>(nq * nt * d_));
+    for (int64_t t = 0; t < nq; ++t) {
+      for (int64_t i = 0; i < nt; ++i) {
+        std::copy_n(taps_[i].data() + (q0 + t) * d_, d_, hidden.data() + (t * nt + i) * d_);
+      }
+    }
+    const Vec main_x = rms_norm(matmul(pool_, hidden, nq, w_.linear("mtp.0.main_proj")), d_,
+                                w_.vec("mtp.0.main_norm.weight"), c_.rms_norm_eps);
+    const std::vector<float> f = inv_freqs(c_, 0);
+    rings_.clear();
+    for (int64_t s = 0; s < c_.n_mtp_layers; ++s) {
+      const std::string pre = core::str_cat("mtp.", s, ".attn.");
+      Vec ring = rms_norm(matmul(pool_, main_x, nq, w_.linear(pre + "wkv")), hd, w_.vec(pre + "kv_norm.weight"),
+                          c_.rms_norm_eps);
+      for (int64_t t = 0; t < nq; ++t) {
+        rope(ring.data() + t * hd, hd, rd, f, q0 + t);
+        if (opt_.qdq) qdq_pow2(ring.data() + t * hd, hd, 32, true);
+      }
+      rings_.push_back(std::move(ring));
+    }
+    ring0_ = q0;
+    ring_len_ = nq;
+    round0_ = p;
+    block_ = B;
+    std::vector<int64_t> block_ids(static_cast<size_t>(B), c_.dspark->noise_token_id);
+    block_ids[0] = anchor;
+    const Vec e = w_.rows("embed.weight", block_ids);
+    T_ = B;
+    X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
+    for (int64_t n = 0; n < T_; ++n) {
+      for (int64_t j = 0; j < hc_; ++j) std::copy_n(e.data() + n * d_, d_, X_.data() + (n * hc_ + j) * d_);
+    }
+    std::vector<double> pre_in(static_cast<size_t>(T_ * hc_), 0.0);
+    for (int64_t n = 0; n < T_; ++n) pre_in[n * hc_] = 1.0;
+    for (int64_t s = 0; s < c_.n_mtp_layers; ++s) pre_in = block(c_.num_hidden_layers + s, pre_in);
+    round0_ = 0;  // dspark_draft0's rounds start at 0 with rings from position 0
+    ring0_ = 0;
+    Vec h = collapse(pre_in);
+    h.resize(static_cast<size_t>(count * d_));  // rows 0 .. count-1 predict the drafts
+    const std::string last = core::str_cat("mtp.", c_.n_mtp_layers - 1, ".");
+    const Vec U = matmul(pool_, rms_norm(h, d_, w_.vec(last + "norm.weight"), c_.rms_norm_eps), count,
+                         w_.linear("head"));
+    const int64_t V = c_.vocab_size;
+    std::vector<int32_t> drafts;
+    int64_t o = anchor;
+    for (int64_t k = 0; k < count; ++k) {
+      const Vec emb = w_.rows(last + "markov_head.embed.weight", {o});
+      const Vec bias = matmul(pool_, emb, 1, w_.linear(last + "markov_head.head"));
+      int64_t best = 0;
+      float best_v = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const float x = static_cast<float>(static_cast<double>(U[k * V + v]) + bias[v]);
+        if (v == 0 || x > best_v) {
+          best = v;
+          best_v = x;
+        }
+      }
+      drafts.push_back(static_cast<int32_t>(best));
+      o = best;
+    }
+    return drafts;
+  }
+
   // §2.12 teacher-forced draft rounds after the main pass(es), from the taps of every position: for
   // every p < T-1 the round after p with anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab]
   // (predicting token p+2). The sequence's last call.
@@ -322,6 +472,7 @@ class Prefill {
     DSINFER_CHECK(!drafted_, "V4.1 DSpark: draft 0 was already computed (the sequence's last call)");
     drafted_ = true;
     pos0_ = 0;
+    round0_ = ring0_ = 0;  // rounds from position 0, rings from position 0 (dspark_round moves them)
     T_ = length();
     DSINFER_CHECK(T_ >= 2, "V4.1 DSpark: needs at least 2 prompt tokens");
     const int64_t P = T_ - 1, B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
@@ -373,7 +524,8 @@ class Prefill {
 
   // Feeds ids at positions length().. (§2.13: a chunk continues the state of the earlier ones);
   // returns their logits [ids.size(), vocab].
-  Vec run(const std::vector<int32_t>& ids) {
+  // logit_rows >= 0: only the last logit_rows rows (the products are row-wise: the same bits).
+  Vec run(const std::vector<int32_t>& ids, int64_t logit_rows = -1) {
     DSINFER_CHECK(!ids.empty(), "V4.1 prefill: empty chunk");
     for (int32_t id : ids) DSINFER_CHECK(id >= 0 && id < c_.vocab_size, "V4.1 prefill: token id ", id, " out of range");
     DSINFER_CHECK(!drafted_, "V4.1 sequence: no forward after the DSpark draft head");
@@ -404,7 +556,10 @@ class Prefill {
       pre_in = block(L, pre_in);
     }
     Vec y = rms_norm(collapse(pre_in), d_, w_.vec("norm.weight"), c_.rms_norm_eps);
-    return matmul(pool_, y, T_, w_.linear("head"));
+    const int64_t rows = logit_rows < 0 ? T_ : std::min(logit_rows, T_);
+    if (rows == 0) return {};
+    if (rows < T_) y.erase(y.begin(), y.end() - rows * d_);
+    return matmul(pool_, y, rows, w_.linear("head"));
   }
 
  private:
@@ -791,18 +946,18 @@ class Prefill {
     Vec q = matmul(pool_, qr, T_, w_.linear(p + "wq_b"));
     Vec kv = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"), c_.rms_norm_eps);
     for (int64_t n = 0; n < T_; ++n) {
-      const int64_t pos = n / B + 1 + n % B;
+      const int64_t pos = round0_ + n / B + 1 + n % B;
       for (int64_t h = 0; h < nh; ++h) rope(q.data() + (n * nh + h) * hd, hd, rd, f, pos);
       rope(kv.data() + n * hd, hd, rd, f, pos);
       if (opt_.qdq) qdq_pow2(kv.data() + n * hd, hd, 32, true);
     }
     const Vec& ring = rings_[static_cast<size_t>(s)];
     const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys) {
-      const int64_t round = n / B;
-      for (int64_t j = std::max<int64_t>(0, round - W + 1); j <= round && j < ring_len_; ++j) {
-        keys.push_back(ring.data() + j * hd);
+      const int64_t round = round0_ + n / B;  // rings hold positions ring0_ .. ring0_ + ring_len_ - 1
+      for (int64_t j = std::max<int64_t>(ring0_, round - W + 1); j <= round && j < ring0_ + ring_len_; ++j) {
+        keys.push_back(ring.data() + (j - ring0_) * hd);
       }
-      for (int64_t k = 0; k < B; ++k) keys.push_back(kv.data() + (round * B + k) * hd);
+      for (int64_t k = 0; k < B; ++k) keys.push_back(kv.data() + ((n / B) * B + k) * hd);
       return round + 1 + n % B;  // the query position
     });
     return output_projection(p, o);
@@ -898,7 +1053,8 @@ class Prefill {
   }
 
   const ModelConfig& c_;
-  Weights w_;
+  std::shared_ptr<Weights> weights_;  // this sequence's own, or shared (prepare_weights)
+  Weights& w_;
   const EngramTokenMap* map_;
   std::vector<int32_t> ids_;  // every position's token
   int64_t pos0_ = 0;          // the chunk's first position
@@ -917,6 +1073,7 @@ class Prefill {
   std::vector<Vec> taps_;   // DSpark taps [n, d] of every position per target layer, layer order
   std::vector<Vec> rings_;  // DSpark stage rings [T, hd]
   int64_t ring_len_ = 0, block_ = 0;
+  int64_t round0_ = 0, ring0_ = 0;  // dspark_round: its round's position, the rings' first position
 };
 
 }  // namespace
@@ -927,15 +1084,41 @@ struct SequenceState {
 
 Sequence::Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options)
     : state_(std::make_unique<SequenceState>(SequenceState{Prefill(ck, token_map, options)})) {}
+
+struct PreparedWeights {
+  std::shared_ptr<Weights> weights;
+  bool double_accumulation = false;
+};
+
+std::shared_ptr<PreparedWeights> prepare_weights(const Checkpoint& ck, const PrefillOptions& options) {
+  return std::make_shared<PreparedWeights>(
+      PreparedWeights{std::make_shared<Weights>(ck, options.double_accumulation), options.double_accumulation});
+}
+
+Sequence::Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options,
+                   const std::shared_ptr<PreparedWeights>& weights)
+    : state_(std::make_unique<SequenceState>(SequenceState{Prefill(ck, token_map, options, weights->weights)})) {
+  DSINFER_CHECK(weights->double_accumulation == options.double_accumulation,
+                "V4.1 sequence: weights prepared for another accumulation mode");
+}
 Sequence::~Sequence() = default;
 Sequence::Sequence(Sequence&&) noexcept = default;
 Sequence& Sequence::operator=(Sequence&&) noexcept = default;
 
 std::vector<float> Sequence::forward(const std::vector<int32_t>& ids) { return state_->p.run(ids); }
+std::vector<float> Sequence::forward(const std::vector<int32_t>& ids, int64_t logit_rows) {
+  DSINFER_CHECK(logit_rows >= 0, "V4.1 sequence: ", logit_rows, " logit rows");
+  return state_->p.run(ids, logit_rows);
+}
 int64_t Sequence::length() const { return state_->p.length(); }
 void Sequence::truncate(int64_t len) { state_->p.truncate(len); }
 std::vector<float> Sequence::dspark_draft0() { return state_->p.dspark_draft0(); }
 StoredKv Sequence::stored_kv() const { return state_->p.stored(); }
+std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count) {
+  return state_->p.dspark_round(anchor, count);
+}
+StateRange Sequence::export_range(int64_t begin, int64_t end) const { return state_->p.export_range(begin, end); }
+void Sequence::append_range(const StateRange& range) { state_->p.append_range(range); }
 
 std::vector<float> prefill_logits(const Checkpoint& ck, const EngramTokenMap* token_map,
                                   const std::vector<int32_t>& ids, const PrefillOptions& options,

@@ -14,6 +14,7 @@
 
 #include "core/thread_pool.h"
 #include "model/checkpoint.h"
+#include "model/deepseek_v41/state_range.h"
 #include "model/deepseek_v41/token_map.h"
 
 namespace dsinfer::model::deepseek_v41 {
@@ -36,6 +37,12 @@ struct StoredKv {
   std::map<int64_t, std::vector<float>> window, compressed, index_keys;
 };
 
+// The weights prepared for the products, shareable by the sequences of one checkpoint so that each
+// weight is prepared once (a server's sequences). Not thread-safe (prepared lazily): sequences that
+// share them must not run at the same time.
+struct PreparedWeights;
+std::shared_ptr<PreparedWeights> prepare_weights(const Checkpoint& ck, const PrefillOptions& options);
+
 // One sequence fed in chunks (§2.13): chunked prefill, token-by-token decode (chunks of 1) and
 // rollback, with the state of §3.1 (window KV, the kv sources' compressed KV, index keys and
 // compressor inputs, the Engram history) kept between calls. Every result is that of the one-pass
@@ -45,12 +52,17 @@ struct StoredKv {
 class Sequence {
  public:
   Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options = {});
+  // With weights shared with other sequences (prepared with the same options.double_accumulation).
+  Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options,
+           const std::shared_ptr<PreparedWeights>& weights);
   ~Sequence();
   Sequence(Sequence&&) noexcept;
   Sequence& operator=(Sequence&&) noexcept;
 
   // Feeds ids at positions length().. and returns their logits [ids.size(), vocab] row-major.
   std::vector<float> forward(const std::vector<int32_t>& ids);
+  // Only the logits of the last logit_rows ids (bitwise those rows of the full result; 0: none).
+  std::vector<float> forward(const std::vector<int32_t>& ids, int64_t logit_rows);
   int64_t length() const;
   // Rollback: the state as if only the first len positions had been fed.
   void truncate(int64_t len);
@@ -58,6 +70,16 @@ class Sequence {
   // the forwards kept; the sequence's last call.
   std::vector<float> dspark_draft0();
   StoredKv stored_kv() const;
+  // One DSpark draft round (§2.12) after the last position fed, anchored on the token that follows it
+  // (not fed): the greedy drafts o_1 .. o_count (count <= dspark block size) for the positions after
+  // the anchor. o_1 is the argmax of the teacher-forced draft 0 at that position. The state is unchanged.
+  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count);
+
+  // The state of positions [begin, end) (state_range.h); begin a multiple of every kv source's ratio,
+  // end too unless it is length(). append_range: a range starting at length() taken as fed; the
+  // sequence then continues bit for bit as the one that exported it.
+  StateRange export_range(int64_t begin, int64_t end) const;
+  void append_range(const StateRange& range);
 
  private:
   std::unique_ptr<SequenceState> state_;

@@ -1,0 +1,450 @@
+// The engine over a tiny DeepSeek-V4.1 checkpoint (mkmodel, tests/engine/tiny_v41.json: vocabulary
+// 512, window 8, ratio-2 and ratio-1 kv sources, Engram, DSpark taps): the runner's logits against
+// the one-pass deepseek_v41 prefill, outputs against a plain decode loop over deepseek_v41::Sequence,
+// chunked prefill, batch invariance, seeded sampling, exact resume from the prefix cache, preemption,
+// the DSpark drafter and lossless speculation, the KV store's block bytes and the sequence hand-over bytes.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "engine/deepseek_v4/v4_runner.h"
+#include "engine/deepseek_v41/v41_runner.h"
+#include "engine/deepseek_v41/v41_state_codec.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine_test_util.h"
+#include "model/checkpoint.h"
+#include "model/deepseek_v41/prefill.h"
+#include "model/mkmodel.h"
+
+namespace dsinfer::engine::testing {
+namespace {
+
+namespace v41 = model::deepseek_v41;
+
+class EngineV41 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(
+        (std::filesystem::temp_directory_path() / ("dsinfer-engine-v41-test-" + std::to_string(::getpid()))).string());
+    model::MkModelOptions o;
+    o.config_path = std::string(DSINFER_SOURCE_DIR) + "/tests/engine/tiny_v41.json";
+    o.seed = 1;
+    o.out_dir = *dir_;
+    model::make_model(o);
+    runner_ = new std::shared_ptr<ModelRunner>(open_model(*dir_));  // the registry picks the V4.1 adapter
+    ck_ = model::Checkpoint::open(*dir_).release();
+    map_ = new v41::EngramTokenMap(v41::load_engram_token_map(*dir_, ck_->config()));
+  }
+  static void TearDownTestSuite() {
+    delete map_;
+    delete ck_;
+    delete runner_;
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+
+  static std::shared_ptr<ModelRunner> runner() { return *runner_; }
+  static int64_t vocab() { return ck_->config().vocab_size; }
+
+  // The plain loop: the prompt in one pass, then one token per forward, tokens drawn with the
+  // engine's sampler and the request's stream at each position.
+  static Outcome reference(const RequestSpec& spec) {
+    v41::Sequence seq(*ck_, map_, {});
+    std::vector<float> logits = seq.forward(spec.prompt_ids, 1);
+    TokenStream stream(spec.sampling.seed, spec.sampling.stream_key);
+    Outcome o;
+    int64_t pos = static_cast<int64_t>(spec.prompt_ids.size());
+    for (int32_t i = 0; i < spec.max_tokens; ++i, ++pos) {
+      const int32_t t = sample_token(logits, spec.sampling, stream, pos);
+      o.tokens.push_back(t);
+      if (i + 1 == spec.max_tokens) break;
+      logits = seq.forward({t}, 1);
+    }
+    o.finish = FinishReason::kLength;
+    return o;
+  }
+
+  static std::vector<int32_t> prompt(std::mt19937& rng, int n) {
+    std::vector<int32_t> p(n);
+    for (auto& t : p) t = 3 + static_cast<int32_t>(rng() % 500);
+    return p;
+  }
+
+  static RequestSpec spec(std::vector<int32_t> p, int max_tokens, float temperature = 0, uint64_t seed = 0) {
+    RequestSpec s;
+    s.prompt_ids = std::move(p);
+    s.max_tokens = max_tokens;
+    s.sampling.temperature = temperature;
+    s.sampling.seed = seed;
+    s.sampling.top_k = temperature > 0 ? 50 : 0;
+    s.ignore_eos = true;
+    return s;
+  }
+
+  // Feeds tokens to a runner sequence; the logits of the last `rows` tokens.
+  static std::vector<float> feed(SequenceState& seq, std::span<const int32_t> tokens, int32_t rows) {
+    std::vector<float> logits;
+    ForwardItem item;
+    item.seq = &seq;
+    item.tokens = tokens;
+    item.logit_rows = rows;
+    runner()->forward({&item, 1}, logits);
+    return logits;
+  }
+
+  static std::string* dir_;
+  static std::shared_ptr<ModelRunner>* runner_;
+  static model::Checkpoint* ck_;
+  static v41::EngramTokenMap* map_;
+};
+
+std::string* EngineV41::dir_ = nullptr;
+std::shared_ptr<ModelRunner>* EngineV41::runner_ = nullptr;
+model::Checkpoint* EngineV41::ck_ = nullptr;
+v41::EngramTokenMap* EngineV41::map_ = nullptr;
+
+TEST_F(EngineV41, ReportsTheModelLayout) {
+  const ModelInfo& i = runner()->info();
+  EXPECT_EQ(i.vocab_size, 512);
+  EXPECT_EQ(i.window, 8);
+  EXPECT_EQ(i.block_tokens, 128);
+  EXPECT_EQ(i.max_draft_tokens, 5);  // dspark_block_size
+  EXPECT_TRUE(i.supports_replay);
+  EXPECT_EQ(i.identity.rfind("deepseek_v41:", 0), 0u) << i.identity;
+  // Per position (tiny_v41.json): 10 layers' window KV (128 floats), kv sources 2, 4 (ratio 2: inputs
+  // and gates) and 6, 8 (ratio 1), 3 DSpark taps of 128, the token id and its Engram compressed id.
+  const int64_t per_block = 128 * (10 * 128 + 2 * (2 * 128) + 2 * 128 + 3 * 128) * 4 + 128 * (4 + 8) +
+                            2 * 64 * (128 + 64) * 4 + 2 * 128 * (128 + 64) * 4;
+  EXPECT_GE(i.block_bytes, per_block);
+  EXPECT_LT(i.block_bytes, per_block + 1024);
+  EXPECT_EQ(v41::state_range_bytes(ck_->config(), 128), per_block);
+  auto seq = runner()->new_sequence();
+  std::mt19937 rng(9);
+  const auto p = prompt(rng, 128);
+  feed(*seq, p, 0);
+  auto snap = runner()->snapshot(*seq);
+  EXPECT_EQ(snap->position(), 128);
+  EXPECT_LE(snap->bytes(), i.snapshot_bytes);
+}
+
+// The runner's first draft after position p, anchored on token p+1, is the argmax of the teacher-forced
+// DSpark draft 0 row p (prefill_logits); the round leaves the sequence as it was.
+TEST_F(EngineV41, DraftIsTheTeacherForcedDraftHead) {
+  std::mt19937 rng(10);
+  const auto ids = prompt(rng, 40);
+  std::vector<float> draft0;
+  const std::vector<float> full = v41::prefill_logits(*ck_, map_, ids, {}, &draft0);
+  const int64_t V = vocab();
+  ASSERT_EQ(draft0.size(), static_cast<size_t>(39 * V));
+  auto seq = runner()->new_sequence();
+  int64_t fed = 0;
+  for (int64_t p : {0, 7, 8, 20, 38}) {
+    feed(*seq, std::span<const int32_t>(ids.data() + fed, static_cast<size_t>(p + 1 - fed)), 0);
+    fed = p + 1;
+    const float* row = draft0.data() + p * V;
+    const int32_t want = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    DraftItem item;
+    item.seq = seq.get();
+    item.last_token = ids[p + 1];
+    item.count = 3;
+    const std::vector<int32_t> d = runner()->draft({&item, 1});
+    ASSERT_EQ(d.size(), 3u);
+    EXPECT_EQ(d[0], want) << "position " << p;
+    for (int32_t t : d) EXPECT_TRUE(t >= 0 && t < V);
+  }
+  // Untouched by the rounds: the next rows are still the one-pass rows.
+  const auto last = feed(*seq, std::span<const int32_t>(ids.data() + 39, 1), 1);
+  for (int64_t c = 0; c < V; ++c) ASSERT_EQ(last[c], full[39 * V + c]);
+}
+
+// Speculation with the DSpark drafter changes no greedy output (sampled requests are lossless in
+// distribution only: rejection sampling, tested on the toy model), also on a repeat resumed from the cache.
+TEST_F(EngineV41, SpeculationWithDsparkIsLossless) {
+  std::mt19937 rng(11);
+  std::vector<RequestSpec> specs = {spec(prompt(rng, 20), 16), spec(prompt(rng, 150), 12), spec(prompt(rng, 60), 14)};
+  std::vector<Outcome> want;
+  for (const auto& s : specs) want.push_back(reference(s));
+  for (int32_t k : {1, 4}) {
+    EngineOptions o;
+    o.speculation = true;
+    o.draft_tokens = k;
+    auto engine = make_engine(runner(), o);
+    auto out = run_all(*engine, specs);
+    ASSERT_EQ(out.size(), specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
+      EXPECT_EQ(out[i].tokens, want[i].tokens) << "k " << k << " request " << i;
+    }
+    const EngineMetrics m = engine->metrics();
+    EXPECT_GT(m.draft_tokens_total, 0);
+    EXPECT_LE(m.accepted_draft_tokens_total, m.draft_tokens_total);
+    std::printf("V4.1 DSpark k=%d: %lld of %lld drafts accepted\n", k,
+                static_cast<long long>(m.accepted_draft_tokens_total), static_cast<long long>(m.draft_tokens_total));
+    auto again = run_all(*engine, {specs[1]});
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].cached, 128);
+    EXPECT_EQ(again[0].tokens, want[1].tokens);
+  }
+}
+
+// The runner's rows, fed in uneven chunks and token by token with a rollback, are bitwise the
+// one-pass prefill's.
+TEST_F(EngineV41, RunnerLogitsAreTheOnePassLogits) {
+  std::mt19937 rng(1);
+  const auto ids = prompt(rng, 150);
+  const std::vector<float> full = v41::prefill_logits(*ck_, map_, ids);
+  const int64_t V = vocab();
+  auto seq = runner()->new_sequence();
+  std::vector<float> got;
+  size_t at = 0;
+  for (size_t n : {70, 1, 1, 40, 38}) {
+    const std::span<const int32_t> part(ids.data() + at, n);
+    const auto rows = feed(*seq, part, static_cast<int32_t>(n));
+    got.insert(got.end(), rows.begin(), rows.end());
+    at += n;
+    if (n == 1) {  // a rollback after a rejected draft: two junk tokens fed and undone
+      const std::vector<int32_t> junk = {5, 6};
+      feed(*seq, junk, 2);
+      runner()->truncate(*seq, static_cast<int64_t>(at));
+    }
+  }
+  ASSERT_EQ(at, ids.size());
+  ASSERT_EQ(got.size(), full.size());
+  for (size_t i = 0; i < full.size(); ++i) ASSERT_EQ(got[i], full[i]) << "row " << i / V;
+  // logit_rows = 1 gives the last row alone, bitwise.
+  auto one = runner()->new_sequence();
+  const auto last = feed(*one, ids, 1);
+  ASSERT_EQ(last.size(), static_cast<size_t>(V));
+  for (int64_t c = 0; c < V; ++c) ASSERT_EQ(last[c], full[(ids.size() - 1) * V + c]);
+}
+
+// Greedy and seeded sampled requests, prefill chunked by max_batch_tokens, give the plain loop's tokens.
+TEST_F(EngineV41, ConcurrentRequestsMatchThePlainLoop) {
+  std::mt19937 rng(2);
+  std::vector<RequestSpec> specs = {spec(prompt(rng, 5), 10), spec(prompt(rng, 140), 8, 0.8f, 3),
+                                    spec(prompt(rng, 200), 6), spec(prompt(rng, 40), 12, 1.0f, 4)};
+  EngineOptions o;
+  o.max_batch_tokens = 64;
+  auto engine = make_engine(runner(), o);
+  auto out = run_all(*engine, specs);
+  ASSERT_EQ(out.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
+    EXPECT_EQ(out[i].tokens, reference(specs[i]).tokens) << "request " << i;
+  }
+}
+
+// The same requests alone and in shuffled mixes with budgets that split prefills differently.
+TEST_F(EngineV41, OutputsDoNotDependOnTheBatch) {
+  std::mt19937 rng(3);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 5; ++i) {
+    specs.push_back(spec(prompt(rng, 1 + static_cast<int>(rng() % 180)), 4 + static_cast<int>(rng() % 4),
+                         i % 2 ? 0.9f : 0.0f, 10 + i));
+  }
+  std::vector<Outcome> alone;
+  {
+    EngineOptions o;
+    o.max_running = 1;
+    o.prefix_cache = false;
+    auto engine = make_engine(runner(), o);
+    for (const auto& s : specs) {
+      auto r = run_all(*engine, {s});
+      ASSERT_EQ(r.size(), 1u);
+      alone.push_back(r[0]);
+    }
+  }
+  for (int32_t budget : {48, 1024}) {
+    EngineOptions o;
+    o.max_batch_tokens = budget;
+    auto engine = make_engine(runner(), o);
+    std::vector<size_t> order(specs.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    auto out = run_all(*engine, specs, order);
+    ASSERT_EQ(out.size(), specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(out[i].tokens, alone[i].tokens) << "budget " << budget << " request " << i;
+    }
+  }
+}
+
+// A request sharing a 200-token prefix with an earlier one resumes at 128 from the cache, exactly.
+TEST_F(EngineV41, PrefixCacheHitIsBitwiseTheColdRun) {
+  std::mt19937 rng(4);
+  const auto shared = prompt(rng, 200);
+  auto first = shared, second = shared;
+  const auto ta = prompt(rng, 20), tb = prompt(rng, 30);
+  first.insert(first.end(), ta.begin(), ta.end());
+  second.insert(second.end(), tb.begin(), tb.end());
+  for (float temperature : {0.0f, 1.0f}) {
+    EngineOptions o;
+    auto engine = make_engine(runner(), o);
+    auto a = run_all(*engine, {spec(first, 2)});
+    ASSERT_EQ(a.size(), 1u);
+    const RequestSpec s = spec(second, 10, temperature, 21);
+    auto warm = run_all(*engine, {s});
+    ASSERT_EQ(warm.size(), 1u);
+    EXPECT_EQ(warm[0].cached, 128);
+    EXPECT_EQ(warm[0].tokens, reference(s).tokens) << "temperature " << temperature;
+    // A repeat of the same prompt resumes at its last boundary, exactly too.
+    auto again = run_all(*engine, {s});
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].cached, 128);
+    EXPECT_EQ(again[0].tokens, warm[0].tokens);
+  }
+}
+
+// A hit without a snapshot at its node takes the replay path, which on V4.1 is exact: the blocks are
+// attached and the window recomputed, bit for bit (engine and runner).
+TEST_F(EngineV41, ReplayWithoutASnapshotIsExact) {
+  std::mt19937 rng(12);
+  const auto shared = prompt(rng, 384);  // three blocks; the first request keeps no snapshot at 384
+  auto a_prompt = shared, b_prompt = shared;
+  const auto ta = prompt(rng, 200), tb = prompt(rng, 60);
+  a_prompt.insert(a_prompt.end(), ta.begin(), ta.end());
+  b_prompt.insert(b_prompt.end(), tb.begin(), tb.end());
+  EngineOptions o;
+  auto engine = make_engine(runner(), o);
+  ASSERT_EQ(run_all(*engine, {spec(a_prompt, 2)}).size(), 1u);
+  const RequestSpec b = spec(b_prompt, 10);
+  auto out = run_all(*engine, {b});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].cached, 384 - 8);  // window 8 recomputed
+  EXPECT_EQ(engine->metrics().extra.at("prefix_cache_replay_hits_total"), 1);
+  EXPECT_EQ(out[0].tokens, reference(b).tokens);
+
+  auto cold = runner()->new_sequence();
+  const auto want = feed(*cold, b_prompt, 1);
+  std::vector<std::shared_ptr<const KvBlock>> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(runner()->block(*cold, i));
+  auto replayed = runner()->new_sequence();
+  runner()->attach(*replayed, blocks, nullptr);
+  ASSERT_EQ(replayed->length(), 384 - 8);
+  const auto got = feed(*replayed, std::span<const int32_t>(b_prompt.data() + 376, b_prompt.size() - 376), 1);
+  EXPECT_EQ(got, want);
+}
+
+// Two identical prompts computed at once: the later one adopts the cached block (bitwise its own), so
+// it keeps publishing; a block of other tokens is refused.
+TEST_F(EngineV41, AdoptsOnlyABitwiseIdenticalBlock) {
+  std::mt19937 rng(13);
+  const RequestSpec s = spec(prompt(rng, 200), 4);
+  auto cold = runner()->new_sequence();
+  feed(*cold, s.prompt_ids, 0);
+  auto other = runner()->new_sequence();
+  feed(*other, s.prompt_ids, 0);
+  EXPECT_TRUE(runner()->adopt_block(*other, 0, runner()->block(*cold, 0)));
+  auto different = runner()->new_sequence();
+  auto p2 = s.prompt_ids;
+  p2[5] ^= 1;
+  feed(*different, p2, 0);
+  EXPECT_FALSE(runner()->adopt_block(*different, 0, runner()->block(*cold, 0)));
+}
+
+TEST_F(EngineV41, PreemptionUnderATightBudgetKeepsOutputs) {
+  std::mt19937 rng(5);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 3; ++i) specs.push_back(spec(prompt(rng, 100), 40, i == 1 ? 0.7f : 0.0f, 5));
+  const ModelInfo& info = runner()->info();
+  EngineOptions o;
+  // Room for about one and a half requests of 140 positions (2 blocks + state + snapshot each).
+  o.kv_budget_bytes = (info.sequence_bytes + 2 * info.block_bytes + info.snapshot_bytes) + info.block_bytes;
+  auto engine = make_engine(runner(), o);
+  auto out = run_all(*engine, specs);
+  ASSERT_EQ(out.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
+    EXPECT_EQ(out[i].tokens, reference(specs[i]).tokens) << i;
+  }
+  EXPECT_GT(engine->metrics().preempted_total, 0);
+}
+
+// Block bytes rebuild the block exactly (a sequence attached to imported blocks continues bitwise);
+// corrupted, truncated or misplaced bytes are refused.
+TEST_F(EngineV41, BlockBytesRoundTripAndCorruptionIsRefused) {
+  std::mt19937 rng(6);
+  const auto ids = prompt(rng, 300);
+  auto cold = runner()->new_sequence();
+  const auto want = feed(*cold, ids, 1);
+  std::vector<std::vector<uint8_t>> bytes;
+  for (int64_t b = 0; b < 2; ++b) bytes.push_back(runner()->export_block(*runner()->block(*cold, b)));
+  ASSERT_FALSE(bytes[0].empty());
+  std::vector<std::shared_ptr<const KvBlock>> blocks;
+  for (int64_t b = 0; b < 2; ++b) blocks.push_back(runner()->import_block(b, bytes[b]));
+  auto warm = runner()->new_sequence();
+  struct At256 final : WindowSnapshot {
+    int64_t position() const override { return 256; }
+    int64_t bytes() const override { return 0; }
+  };
+  // The runner's own snapshot type is required.
+  At256 foreign;
+  EXPECT_THROW(runner()->attach(*warm, blocks, &foreign), core::Error);
+  auto src = runner()->new_sequence();
+  feed(*src, std::span<const int32_t>(ids.data(), 256), 0);
+  const auto at256 = runner()->snapshot(*src);
+  runner()->attach(*warm, blocks, at256.get());
+  ASSERT_EQ(warm->length(), 256);
+  const auto got = feed(*warm, std::span<const int32_t>(ids.data() + 256, ids.size() - 256), 1);
+  ASSERT_EQ(got, want);
+
+  auto flipped = bytes[1];
+  flipped[flipped.size() / 2] ^= 0x10;
+  EXPECT_THROW(runner()->import_block(1, flipped), core::Error);
+  auto cut = bytes[1];
+  cut.resize(cut.size() - 5);
+  EXPECT_THROW(runner()->import_block(1, cut), core::Error);
+  EXPECT_THROW(runner()->import_block(0, bytes[1]), core::Error);  // block 1's bytes asked as block 0
+  auto bad_magic = bytes[0];
+  bad_magic[0] ^= 1;
+  EXPECT_THROW(runner()->import_block(0, bad_magic), core::Error);
+}
+
+// Bytes that pass the checksum are still checked: a range of another shape or another layout is refused.
+TEST_F(EngineV41, WellFramedBytesOfAnotherShapeOrLayoutAreRefused) {
+  std::mt19937 rng(14);
+  v41::Sequence seq(*ck_, map_, {});
+  seq.forward(prompt(rng, 130), 0);
+  const v41::StateRange good = seq.export_range(0, 128);
+  const std::string& layout = runner()->info().cache_layout;
+  EXPECT_NE(runner()->import_block(0, encode_v41_state(good, V41StateKind::kBlock, layout, 0)), nullptr);
+  v41::StateRange fewer_layers = good;
+  fewer_layers.windows.pop_back();
+  EXPECT_THROW(runner()->import_block(0, encode_v41_state(fewer_layers, V41StateKind::kBlock, layout, 0)), core::Error);
+  v41::StateRange short_keys = good;
+  short_keys.sources[0].ik.resize(short_keys.sources[0].ik.size() - 1);
+  EXPECT_THROW(runner()->import_block(0, encode_v41_state(short_keys, V41StateKind::kBlock, layout, 0)), core::Error);
+  EXPECT_THROW(runner()->import_block(0, encode_v41_state(good, V41StateKind::kBlock, layout + "; other", 0)),
+               core::Error);
+  EXPECT_THROW(runner()->import_block(0, encode_v41_state(good, V41StateKind::kSequence, layout, 0)), core::Error);
+  // A range that starts inside a ratio-2 group cannot be cut from a sequence.
+  EXPECT_THROW(seq.export_range(1, 128), core::Error);
+}
+
+// The whole state at an odd length (an open ratio-2 group) moves to a new sequence, which continues
+// bitwise (disaggregated prefill / decode).
+TEST_F(EngineV41, SequenceBytesContinueExactly) {
+  std::mt19937 rng(7);
+  const auto ids = prompt(rng, 161);
+  auto a = runner()->new_sequence();
+  feed(*a, std::span<const int32_t>(ids.data(), 131), 0);
+  const auto bytes = runner()->export_sequence(*a);
+  ASSERT_FALSE(bytes.empty());
+  auto b = runner()->import_sequence(bytes);
+  ASSERT_EQ(b->length(), 131);
+  const std::span<const int32_t> rest(ids.data() + 131, 30);
+  EXPECT_EQ(feed(*b, rest, 30), feed(*a, rest, 30));
+  auto bad = bytes;
+  bad.back() ^= 1;
+  EXPECT_THROW(runner()->import_sequence(bad), core::Error);
+}
+
+}  // namespace
+}  // namespace dsinfer::engine::testing

@@ -339,9 +339,32 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     decode(ex, std::move(r));
   }
 
+  // The request's constraint, rebuilt from its source and advanced past the output this worker did not
+  // sample (the last `replayed` prompt ids: output_in_prompt, and a decode worker's first token), so the
+  // matcher stands where one process's would. Empty string: the request is fine; else why it is not (400).
+  std::string attach_constraint(const router::HandoffRequest& r, engine::RequestSpec& spec, size_t replayed) const {
+    if (r.constraint.empty()) return {};
+    if (!opt.make_constraint) return "this worker cannot build output constraints";
+    try {
+      spec.constraint = opt.make_constraint(r.constraint);
+    } catch (const std::exception& e) {
+      return core::str_cat("\"constraint\": ", e.what());
+    }
+    if (!spec.constraint) return "\"constraint\" names no constraint";
+    const size_t from = spec.prompt_ids.size() - replayed;
+    for (size_t i = from; i < spec.prompt_ids.size(); ++i) {
+      if (!spec.constraint->accept(spec.prompt_ids[i]))
+        return core::str_cat("output token ", spec.prompt_ids[i], " (output position ", i - from,
+                             ") is outside the request's constraint");
+    }
+    return {};
+  }
+
   void prefill(const std::shared_ptr<server::Exchange>& ex, router::HandoffRequest r) {
     engine::RequestSpec spec = router::to_spec(r);
     spec.export_state = true;
+    if (std::string bad = attach_constraint(r, spec, static_cast<size_t>(r.output_in_prompt)); !bad.empty())
+      return reply_error(ex, 400, bad);
     struct Acc {
       std::vector<int32_t> tokens;
       std::vector<engine::TokenLogprobs> logprobs;
@@ -382,6 +405,8 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
   void decode(const std::shared_ptr<server::Exchange>& ex, router::HandoffRequest r) {
     engine::RequestSpec spec = router::to_spec(r);
     spec.prompt_ids.push_back(r.first_token);
+    if (std::string bad = attach_constraint(r, spec, static_cast<size_t>(r.output_in_prompt) + 1); !bad.empty())
+      return reply_error(ex, 400, bad);
     auto self = shared_from_this();
     Claim c;
     c.transfer = r.transfer;

@@ -85,9 +85,9 @@ int64_t RemoteEngine::now_ns() const {
 
 engine::SubmitResult RemoteEngine::submit(engine::RequestSpec spec, engine::TokenCallback on_event) {
   using engine::SubmitStatus;
-  if (spec.constraint)
-    return {SubmitStatus::kInvalid, 0,
-            "structured output (response_format, strict tool schemas) is not supported through the router yet"};
+  // A constraint crosses to the workers as its source (they compile it there).
+  if (spec.constraint && spec.constraint->source().empty())
+    return {SubmitStatus::kInvalid, 0, "this output constraint cannot be sent to the cluster's workers"};
   if (spec.prompt_ids.empty()) return {SubmitStatus::kInvalid, 0, "empty prompt"};
   if (spec.max_tokens < 1) return {SubmitStatus::kInvalid, 0, "max_tokens must be at least 1"};
   const auto prompt = static_cast<int64_t>(spec.prompt_ids.size());

@@ -4,7 +4,9 @@
 // reached (retried on another), the cluster-full answer and the lease.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <span>
 #include <condition_variable>
 #include <future>
 #include <memory>
@@ -209,6 +211,47 @@ TEST(RemoteEngine, ServesThroughAPrefillAndADecodeWorker) {
   EXPECT_EQ(dec[0]["first_token"], c.tokens[0]);
   EXPECT_EQ(eng.stats().failovers_total, 0);
   EXPECT_EQ(eng.stats().handoff_bytes_total, 1000);
+}
+
+class TextConstraint final : public engine::TokenConstraint {
+ public:
+  explicit TextConstraint(std::string source) : source_(std::move(source)) {}
+  void fill_mask(std::span<uint32_t> words) override { std::fill(words.begin(), words.end(), ~0u); }
+  bool accept(int32_t) override { return true; }
+  void rollback(int32_t) override {}
+  std::string source() const override { return source_; }
+
+ private:
+  std::string source_;
+};
+
+// Structured output crosses to both workers as the constraint's source, also after a failover; a
+// constraint without one cannot and is refused.
+TEST(RemoteEngine, TheConstraintGoesToBothWorkersAsItsSource) {
+  FakeWorker p("prefill-a", true), d1("decode-a", false), d2("decode-b", false);
+  d1.die_after_lines(2);
+  RemoteEngine eng(options());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d1.heartbeat());
+  eng.heartbeat(d2.heartbeat());
+  Collected c;
+  engine::RequestSpec s = spec(8);
+  s.constraint = std::make_shared<TextConstraint>(R"({"kind":"regex","source":"a+","thinking":false})");
+  ASSERT_EQ(eng.submit(s, c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 8));
+  const auto pre = p.requests();
+  ASSERT_EQ(pre.size(), 2u);
+  std::vector<Json> all = pre;
+  for (const Json& j : d1.requests()) all.push_back(j);
+  for (const Json& j : d2.requests()) all.push_back(j);
+  ASSERT_EQ(all.size(), 4u);
+  for (const Json& j : all) EXPECT_EQ(j.value("constraint", ""), s.constraint->source()) << j.dump();
+  EXPECT_EQ(pre[1]["output_in_prompt"], 3);  // the worker replays them into its matcher
+
+  s.constraint = std::make_shared<TextConstraint>("");
+  EXPECT_EQ(eng.submit(s, c.callback()).status, engine::SubmitStatus::kInvalid);
 }
 
 TEST(RemoteEngine, DecodeWorkerDyingMidStreamContinuesTheSameStream) {

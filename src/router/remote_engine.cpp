@@ -56,6 +56,7 @@ struct RemoteEngine::Request {
   std::string decode_worker;  // placed on decode_ (empty: not placed)
   int64_t decode_kv = 0, decode_reserve = 0;
   HttpCall* call = nullptr;  // the call in progress: cancel() and dropped workers cut it
+  int64_t progress_ns = 0;   // when the call in progress last moved (started, answered, a line came)
 };
 
 RemoteEngine::RemoteEngine(RemoteEngineOptions options)
@@ -359,6 +360,10 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
       bool first_line = true;
       std::string chunk;
       while (!finished && call.read_some(chunk)) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          r.progress_ns = now_ns();
+        }
         lines.feed(chunk, [&](std::string_view line) {
           if (finished) return;
           const DecodeLine d = parse_decode_line(line);
@@ -430,6 +435,7 @@ bool RemoteEngine::attach(Request& r, HttpCall* call) {
   std::lock_guard<std::mutex> lock(mu_);
   if (r.cancelled) return false;
   r.call = call;
+  r.progress_ns = now_ns();
   return true;
 }
 
@@ -488,9 +494,13 @@ std::string RemoteEngine::heartbeat(const std::string& body) {
   info.id = h.id;
   info.role = h.prefill ? WorkerRole::kPrefill : WorkerRole::kDecode;
   info.address = h.url;
-  const HeartbeatEvent event = registry_.heartbeat(info, now_ns());
   WorkerState& w = workers_[h.id];
   DSINFER_CHECK(!w.live || w.last.prefill == h.prefill, "heartbeat: worker ", h.id, " changed its role");
+  if (now_ns() < w.held_until_ns) {  // stalled not long ago: its heartbeats alone do not bring it back
+    w.last = h;
+    return Json{{"lease_ms", options_.lease.count()}}.dump();
+  }
+  const HeartbeatEvent event = registry_.heartbeat(info, now_ns());
   w.last = h;
   w.live = true;
   if (!h.prefill) {
@@ -552,6 +562,7 @@ RouterStats RemoteEngine::stats() const {
   s.handoff_seconds_total = static_cast<double>(handoff_ns_.load()) * 1e-9;
   s.requests_total = requests_total_.load();
   s.rejected_full_total = rejected_full_.load();
+  s.stalls_total = stalls_.load();
   return s;
 }
 
@@ -565,10 +576,30 @@ engine::EngineMetrics RemoteEngine::metrics() const {
 }
 
 void RemoteEngine::watchdog() {
+  const int64_t stall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.progress_timeout).count();
   std::unique_lock<std::mutex> lock(mu_);
   while (!watchdog_stop_) {
     cv_.wait_for(lock, std::chrono::milliseconds(100));
-    for (const std::string& id : registry_.expire(now_ns())) drop_worker_locked(id, "its lease expired");
+    const int64_t now = now_ns();
+    for (const std::string& id : registry_.expire(now)) drop_worker_locked(id, "its lease expired");
+    if (stall_ns <= 0) continue;
+    // A worker that heartbeats while its engine hangs: its call makes no progress. Dropping it cuts the
+    // call (and its other requests' calls); they fail over. It stays out for another stall period.
+    std::vector<std::string> stalled;
+    for (const auto& [rid, r] : requests_) {
+      if (r->call == nullptr || r->cancelled || now - r->progress_ns < stall_ns) continue;
+      const std::string& id = r->phase == Phase::kPrefill ? r->prefill_worker
+                              : r->phase == Phase::kDecode ? r->decode_worker
+                                                           : std::string();
+      if (!id.empty()) stalled.push_back(id);
+    }
+    for (const std::string& id : stalled) {
+      auto it = workers_.find(id);
+      if (it == workers_.end() || !it->second.live) continue;
+      ++stalls_;
+      it->second.held_until_ns = now + stall_ns;
+      drop_worker_locked(id, core::str_cat("a call made no progress for ", options_.progress_timeout.count(), " ms"));
+    }
   }
 }
 

@@ -79,6 +79,8 @@ class FakeWorker {
   void hang_after_lines(int n) { hang_after_ = n; }
   // The decode stream ends with a "cancelled" finish line (a worker shutting down) after this many lines.
   void cancel_after_lines(int n) { cancel_after_ = n; }
+  // Prefill requests are never answered (an engine that hangs while the process heartbeats).
+  void hang_prefills() { hang_prefill_ = true; }
   std::vector<Json> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
@@ -97,6 +99,11 @@ class FakeWorker {
     const HandoffRequest hr = parse_handoff_request(ex->request().body, decode);
     std::vector<int32_t> seq = hr.prompt_ids;
     const int max_tokens = hr.max_tokens - hr.output_in_prompt;
+    if (!decode && hang_prefill_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      hung_.push_back(ex);
+      return;
+    }
     if (!decode) {
       PrefillReply reply;
       reply.first_token = next_token(seq);
@@ -140,6 +147,7 @@ class FakeWorker {
   int die_after_ = -1;
   int cancel_after_ = -1;
   int hang_after_ = -1;
+  bool hang_prefill_ = false;
   std::vector<std::shared_ptr<server::Exchange>> hung_;
   std::mutex mu_;
   std::vector<Json> requests_;
@@ -314,6 +322,48 @@ TEST(RemoteEngine, ClientCancelCutsTheStreamWithoutFailover) {
   EXPECT_EQ(eng.stats().failovers_total, 0);
   EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);
   EXPECT_EQ(eng.metrics().running, 0);
+}
+
+// A worker that answers heartbeats while its engine hangs: the call's progress deadline cuts it, the
+// request fails over to a healthy pair, the stream stays exact, and the worker leaves the pool.
+TEST(RemoteEngine, ADecodeStreamWithoutProgressFailsOverAtTheDeadline) {
+  FakeWorker p("prefill-a", true), d1("decode-a", false), d2("decode-b", false);
+  d1.hang_after_lines(2);
+  RemoteEngineOptions o = options();
+  o.progress_timeout = std::chrono::milliseconds(300);
+  RemoteEngine eng(o);
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d1.heartbeat());  // both empty: the tie goes to the first registered
+  eng.heartbeat(d2.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(10), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));
+  EXPECT_EQ(eng.stats().failovers_total, 1);
+  EXPECT_EQ(eng.stats().stalls_total, 1);
+  EXPECT_EQ(d1.requests().size(), 1u);
+  EXPECT_EQ(d2.requests().size(), 1u);
+  EXPECT_EQ(p.requests().back()["output_in_prompt"], 3);  // the first token + the 2 lines before the hang
+}
+
+TEST(RemoteEngine, APrefillWithoutAnAnswerFailsOverAtTheDeadline) {
+  FakeWorker p1("prefill-a", true), p2("prefill-b", true), d("decode-a", false);
+  p1.hang_prefills();
+  RemoteEngineOptions o = options();
+  o.progress_timeout = std::chrono::milliseconds(300);
+  RemoteEngine eng(o);
+  eng.heartbeat(p1.heartbeat());  // equal quota: the first by id pulls first
+  eng.heartbeat(p2.heartbeat());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(6), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 6));
+  EXPECT_EQ(eng.stats().stalls_total, 1);
+  EXPECT_EQ(p1.requests().size(), 1u);
+  EXPECT_EQ(p2.requests().size(), 1u);
 }
 
 TEST(RemoteEngine, UnreachablePrefillWorkerIsRetriedOnAnother) {

@@ -83,6 +83,8 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
   std::atomic<int64_t> bytes_served{0}, bytes_claimed{0}, pending{0};
   std::atomic<double> handoff_seconds{0};
   std::atomic<int64_t> heartbeats_ok{0}, heartbeats_failed{0};
+  // Prompt tokens of the prefills accepted and not answered yet (heartbeats: the routers' quota).
+  std::atomic<int64_t> prefill_tokens{0};
 
   Impl(WorkerOptions o, engine::Engine& e) : opt(std::move(o)), engine(e) {}
 
@@ -269,6 +271,7 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     h.running = m.running;
     h.waiting = m.waiting;
     h.kv_tokens_used = m.kv_bytes_used / std::max<int64_t>(1, opt.kv_bytes_per_token);
+    h.prefill_tokens = prefill_tokens.load();
     return router::heartbeat_json(h);
   }
 
@@ -371,10 +374,14 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     };
     auto acc = std::make_shared<Acc>();
     auto self = shared_from_this();
-    auto on_event = [self, ex, acc, transfer = r.transfer, peer = r.decode_ucx_address](const engine::TokenEvent& ev) {
+    const auto tokens = static_cast<int64_t>(spec.prompt_ids.size());
+    prefill_tokens += tokens;
+    auto on_event = [self, ex, acc, tokens, transfer = r.transfer,
+                     peer = r.decode_ucx_address](const engine::TokenEvent& ev) {
       acc->tokens.insert(acc->tokens.end(), ev.tokens.begin(), ev.tokens.end());
       acc->logprobs.insert(acc->logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
       if (ev.finish == engine::FinishReason::kNone) return;
+      self->prefill_tokens -= tokens;
       if (ev.finish == engine::FinishReason::kError) return reply_error(ex, 500, "prefill failed: " + ev.error);
       if (ev.finish == engine::FinishReason::kCancelled) return reply_error(ex, 503, "the request was cancelled");
       const bool handoff = ev.exported_state != nullptr;
@@ -398,7 +405,10 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
       ex->respond(200, "application/json", router::prefill_reply_json(reply));
     };
     const engine::SubmitResult res = engine.submit(std::move(spec), std::move(on_event));
-    if (res.status != engine::SubmitStatus::kAccepted) return reply_error(ex, status_for(res.status), res.message);
+    if (res.status != engine::SubmitStatus::kAccepted) {
+      prefill_tokens -= tokens;
+      return reply_error(ex, status_for(res.status), res.message);
+    }
     ex->on_disconnect([self, id = res.id] { self->engine.cancel(id); });
   }
 

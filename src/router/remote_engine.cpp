@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -442,18 +443,25 @@ bool RemoteEngine::attach(Request& r, HttpCall* call) {
 void RemoteEngine::pump_locked(int64_t now) {
   if (prefill_.queued() == 0) return;
   // Workers with the most quota left pull first.
-  std::vector<std::pair<int64_t, std::string>> order;
+  std::vector<std::tuple<int64_t, std::string, int64_t>> order;  // -tokens left, id, requests left
   for (const auto& [id, w] : workers_) {
     if (!w.live || !w.last.prefill) continue;
-    const int64_t max_running = w.last.max_running > 0 ? w.last.max_running : kUnknownMaxRunning;
-    if (w.prefills_in_flight >= max_running) continue;
-    const int64_t remaining = options_.prefill_quota_tokens - w.prefill_tokens_in_flight;
-    if (remaining > 0) order.emplace_back(-remaining, id);
+    PrefillWorkerLoad load;
+    load.max_running = w.last.max_running;
+    load.heartbeat_requests = w.last.running + w.last.waiting;
+    load.heartbeat_tokens = w.last.prefill_tokens;
+    load.own_requests_at_heartbeat = w.prefills_at_heartbeat;
+    load.own_tokens_at_heartbeat = w.prefill_tokens_at_heartbeat;
+    load.own_requests = w.prefills_in_flight;
+    load.own_tokens = w.prefill_tokens_in_flight;
+    const PrefillRoom room = prefill_room(load, options_.prefill_quota_tokens, kUnknownMaxRunning);
+    if (room.any()) order.emplace_back(-room.tokens, id, room.requests);
   }
   std::sort(order.begin(), order.end());
   bool assigned = false;
-  for (const auto& [neg_remaining, id] : order) {
-    for (const PrefillJob& job : prefill_.pull(-neg_remaining, options_.prefill_quota_tokens, now)) {
+  for (const auto& [neg_remaining, id, requests] : order) {
+    for (const PrefillJob& job :
+         prefill_.pull(-neg_remaining, options_.prefill_quota_tokens, now, static_cast<size_t>(requests))) {
       auto it = requests_.find(job.id);
       if (it == requests_.end()) continue;
       Request& r = *it->second;
@@ -502,6 +510,8 @@ std::string RemoteEngine::heartbeat(const std::string& body) {
   }
   const HeartbeatEvent event = registry_.heartbeat(info, now_ns());
   w.last = h;
+  w.prefills_at_heartbeat = w.prefills_in_flight;
+  w.prefill_tokens_at_heartbeat = w.prefill_tokens_in_flight;
   w.live = true;
   if (!h.prefill) {
     if (!w.in_decode_balancer) {

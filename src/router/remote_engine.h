@@ -106,6 +106,8 @@ class RemoteEngine final : public engine::Engine {
     size_t decode_index = 0;  // in decode_ (decode workers)
     bool in_decode_balancer = false;
     int64_t held_until_ns = 0;  // stalled (progress_timeout): its heartbeats do not rejoin it before this
+    // This router's prefills on it when its last heartbeat came (prefill_room).
+    int64_t prefills_at_heartbeat = 0, prefill_tokens_at_heartbeat = 0;
   };
 
   enum class Attempt { kDone, kRetry };

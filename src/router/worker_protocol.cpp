@@ -294,7 +294,8 @@ std::string heartbeat_json(const Heartbeat& h) {
               {"url", h.url},
               {"ucx_address", h.ucx_address},
               {"capacity", {{"max_running", h.max_running}, {"kv_tokens", h.kv_tokens}}},
-              {"load", {{"running", h.running}, {"waiting", h.waiting}, {"kv_tokens_used", h.kv_tokens_used}}}}
+              {"load", {{"running", h.running}, {"waiting", h.waiting}, {"kv_tokens_used", h.kv_tokens_used},
+                        {"prefill_tokens", h.prefill_tokens}}}}
       .dump();
 }
 
@@ -319,6 +320,7 @@ Heartbeat parse_heartbeat(std::string_view body) {
       h.running = int_field(*l, "running", 0);
       h.waiting = int_field(*l, "waiting", 0);
       h.kv_tokens_used = int_field(*l, "kv_tokens_used", 0);
+      h.prefill_tokens = int_field(*l, "prefill_tokens", 0);
     }
     return h;
   } catch (const Json::exception& e) {

@@ -104,6 +104,7 @@ struct Heartbeat {
   std::string ucx_address;
   int64_t max_running = 0, kv_tokens = 0;                // capacity
   int64_t running = 0, waiting = 0, kv_tokens_used = 0;  // load
+  int64_t prefill_tokens = 0;  // a prefill worker's: prompt tokens of the prefills it has not answered yet
 };
 std::string heartbeat_json(const Heartbeat& h);
 Heartbeat parse_heartbeat(std::string_view body);  // fails with core::Error when malformed

@@ -366,6 +366,32 @@ TEST(RemoteEngine, APrefillWithoutAnAnswerFailsOverAtTheDeadline) {
   EXPECT_EQ(p2.requests().size(), 1u);
 }
 
+// The prefill quota counts the heartbeat's load from other routers: a worker whose engine reports all
+// its slots taken (3 running + 1 waiting of max_running 4, none of them this router's) gets nothing until
+// a heartbeat shows room.
+TEST(RemoteEngine, APrefillWorkerFullOfOtherRoutersRequestsIsNotSentMore) {
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  RemoteEngine eng(options());
+  Json busy = Json::parse(p.heartbeat());
+  busy["load"]["running"] = 3;
+  busy["load"]["waiting"] = 1;
+  eng.heartbeat(busy.dump());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(4), c.callback()).status, engine::SubmitStatus::kAccepted);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (eng.stats().bucket_queued.at(0) == 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(eng.stats().bucket_queued.at(0), 1);  // queued, and no pull can take it while the worker is full
+  EXPECT_EQ(p.requests().size(), 0u);
+  busy["load"]["waiting"] = 0;  // one slot frees
+  eng.heartbeat(busy.dump());
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 4));
+  EXPECT_EQ(p.requests().size(), 1u);
+}
+
 TEST(RemoteEngine, UnreachablePrefillWorkerIsRetriedOnAnother) {
   uint16_t dead_port;
   {

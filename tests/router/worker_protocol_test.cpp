@@ -279,7 +279,9 @@ TEST(WorkerProtocol, HeartbeatRoundTrips) {
   h.running = 2;
   h.waiting = 1;
   h.kv_tokens_used = 300;
+  h.prefill_tokens = 4000;
   const Heartbeat b = parse_heartbeat(heartbeat_json(h));
+  EXPECT_EQ(b.prefill_tokens, 4000);
   EXPECT_EQ(b.id, h.id);
   EXPECT_FALSE(b.prefill);
   EXPECT_EQ(b.url, h.url);

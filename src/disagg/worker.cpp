@@ -82,6 +82,9 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
   std::atomic<int64_t> claims_total{0}, claims_done{0}, claims_failed{0}, claims_timed_out{0};
   std::atomic<int64_t> bytes_served{0}, bytes_claimed{0}, pending{0};
   std::atomic<double> handoff_seconds{0};
+  // A decode worker's handoff latency by phase (README "Measured"): claim -> the prefill worker's
+  // descriptor, descriptor -> bytes in hand, engine submit (import + first step) -> first event.
+  std::atomic<double> claim_wait_seconds{0}, pull_seconds{0}, first_event_seconds{0};
   std::atomic<int64_t> heartbeats_ok{0}, heartbeats_failed{0};
   // Prompt tokens of the prefills accepted and not answered yet (heartbeats: the routers' quota).
   std::atomic<int64_t> prefill_tokens{0};
@@ -197,11 +200,15 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
         Bytes got;
         try {
           if (t->arrived(FrameKind::kRkey, c.transfer)) {
+            const auto seen = Clock::now();
             const std::vector<uint8_t> descriptor = t->receive(FrameKind::kRkey, c.transfer, c.deadline);
             got = std::make_shared<const std::vector<uint8_t>>(t->claim_described(c.transfer, descriptor, c.deadline));
             ++claims_done;
             bytes_claimed += static_cast<int64_t>(got->size());
-            handoff_seconds = handoff_seconds + std::chrono::duration<double>(Clock::now() - c.started).count();
+            const auto now = Clock::now();
+            handoff_seconds = handoff_seconds + std::chrono::duration<double>(now - c.started).count();
+            claim_wait_seconds = claim_wait_seconds + std::chrono::duration<double>(seen - c.started).count();
+            pull_seconds = pull_seconds + std::chrono::duration<double>(now - seen).count();
           } else if (Clock::now() >= c.deadline) {
             ++claims_timed_out;
             error = core::str_cat("the KV state of transfer ", c.transfer, " did not arrive within ",
@@ -430,12 +437,14 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
       struct Stream {
         std::mutex mu;
         bool started = false;
+        Clock::time_point submitted = Clock::now();
       };
       auto stream = std::make_shared<Stream>();
-      auto on_event = [ex, stream](const engine::TokenEvent& ev) {
+      auto on_event = [self, ex, stream](const engine::TokenEvent& ev) {
         std::lock_guard<std::mutex> lock(stream->mu);
         if (!stream->started) {
           stream->started = true;
+          self->first_event_seconds.fetch_add(std::chrono::duration<double>(Clock::now() - stream->submitted).count());
           ex->start_stream(200, "application/x-ndjson");
         }
         if (!ev.tokens.empty()) {
@@ -479,6 +488,14 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     w.counter("dsinfer_handoff_seconds_total", "Time from offer to kDone (prefill) or claim to data (decode).",
               handoff_seconds, l);
     w.gauge("dsinfer_handoff_pending", "Handoffs in flight on the handoff thread.", pending, l);
+    if (opt.role == WorkerRole::kDecode) {
+      w.counter("dsinfer_handoff_claim_wait_seconds_total",
+                "Decode: time from a claim to the prefill worker's descriptor.", claim_wait_seconds, l);
+      w.counter("dsinfer_handoff_pull_seconds_total", "Decode: time from the descriptor to the bytes in hand.",
+                pull_seconds, l);
+      w.counter("dsinfer_handoff_first_event_seconds_total",
+                "Decode: time from the engine submit (import, first step) to the first event.", first_event_seconds, l);
+    }
     w.counter("dsinfer_worker_heartbeats_total", "Heartbeats the router answered 200.", heartbeats_ok, l);
     w.counter("dsinfer_worker_heartbeat_failures_total", "Heartbeats that failed.", heartbeats_failed, l);
   }

@@ -148,6 +148,8 @@ int run_cluster(int argc, char** argv) {
   args.option("api-key", "KEY", "API key of the router and the workers (also from $DSINFER_API_KEY)");
   args.option("served-model-name", "NAMES", "names requests may give as \"model\" (the router's --served-model-name)");
   args.option("lease", "SECONDS", "the router's worker lease (--lease)", "3");
+  args.option("progress-timeout", "SECONDS", "the router's per-call progress deadline (--progress-timeout; 0: off)",
+              "300");
   args.option("start-timeout", "SECONDS", "time for every worker to load and register", "600");
   args.option("stop-timeout", "SECONDS", "on shutdown, time each stage (router, then workers) gets to exit", "30");
   if (!args.parse(own_argc, argv)) return args.exit_code();
@@ -180,7 +182,7 @@ int run_cluster(int argc, char** argv) {
   std::vector<Child> children;
   {
     std::vector<std::string> cmd = {"dsinfer", "router", "--host", args.get("host"), "--port", std::to_string(port),
-                                    "--lease", args.get("lease")};
+                                    "--lease", args.get("lease"), "--progress-timeout", args.get("progress-timeout")};
     if (args.has("model")) cmd.insert(cmd.end(), {"--model", model_dir});
     if (auto names = args.get_optional("served-model-name")) cmd.insert(cmd.end(), {"--served-model-name", *names});
     cmd.insert(cmd.end(), common.begin(), common.end());

@@ -75,6 +75,9 @@ void write_router_metrics(const router::RouterStats& s, server::PromWriter& w) {
   w.counter("dsinfer_router_requests_total", "Requests accepted by the router.", static_cast<double>(s.requests_total));
   w.counter("dsinfer_router_rejected_full_total", "Requests refused because every decode worker was full (429).",
             static_cast<double>(s.rejected_full_total));
+  w.counter("dsinfer_router_stalls_total",
+            "Workers dropped because a call made no progress within --progress-timeout.",
+            static_cast<double>(s.stalls_total));
 }
 
 void serve_internal(router::RemoteEngine& eng, const std::shared_ptr<server::Exchange>& ex) {
@@ -126,6 +129,11 @@ int run_router(int argc, char** argv) {
   args.option("queue-timeout", "SECONDS", "a request waiting this long for a prefill worker or decode room fails",
               "60");
   args.option("max-queue", "N", "requests the router holds at once; beyond it 429", "4096");
+  args.option("progress-timeout", "SECONDS",
+              "a worker call with no progress this long (no prefill answer, no decode tokens) fails over and the "
+              "worker leaves the pool for as long again (a worker that heartbeats while its engine hangs); must "
+              "exceed the longest prefill; 0: off",
+              "300");
   if (!args.parse(argc, argv)) return args.exit_code();
 
   sigset_t signals;
@@ -172,6 +180,10 @@ int run_router(int argc, char** argv) {
   ropt.max_failovers = static_cast<int>(args.get_int("max-failovers", 0, 1000));
   ropt.queue_timeout = seconds_flag(args, "queue-timeout", kCommand);
   ropt.max_queue = static_cast<int32_t>(args.get_int("max-queue", 1, INT32_MAX));
+  const double progress_s = args.get_double("progress-timeout");
+  DSINFER_CHECK(progress_s >= 0 && progress_s <= 1e6, "dsinfer router: --progress-timeout must be in [0, 1000000] "
+                "seconds, got ", progress_s);
+  ropt.progress_timeout = std::chrono::milliseconds(static_cast<int64_t>(progress_s * 1000));
   auto eng = std::make_unique<router::RemoteEngine>(ropt);
   router::RemoteEngine* eng_ptr = eng.get();
   opt.internal_routes = [eng_ptr](std::shared_ptr<server::Exchange> ex) { serve_internal(*eng_ptr, ex); };

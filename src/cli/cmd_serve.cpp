@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "server/api_server.h"
 #include "server/default_model.h"
 #include "server/serve_signals.h"
+#include "server/structured_output.h"
 #include "recipe/tokenizer_loader.h"
 #include "tokenizer/tokenizer.h"
 
@@ -234,6 +236,12 @@ int run_serve(int argc, char** argv) {
     const int64_t per_token = std::max<int64_t>(1, model_info.block_bytes / std::max(1, model_info.block_tokens));
     wopt.kv_bytes_per_token = per_token;
     wopt.kv_tokens = eopt.kv_budget_bytes / per_token;
+    // Structured output through a router: the constraint's source comes with each request and is
+    // compiled here (cached by kind and source) over this process's tokenizer.
+    auto structured = std::make_shared<server::StructuredOutput>(tok, eng->eos_token_id());
+    wopt.make_constraint = [structured](const std::string& source) {
+      return structured->constraint_from_source(source);
+    };
     worker = std::make_shared<disagg::Worker>(std::move(wopt), *eng);
     worker_ptr.store(worker.get());
     std::printf("dsinfer serve: %s worker %s, UCX address %s, heartbeats to %s\n", role.c_str(),

@@ -82,7 +82,12 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
   std::atomic<int64_t> claims_total{0}, claims_done{0}, claims_failed{0}, claims_timed_out{0};
   std::atomic<int64_t> bytes_served{0}, bytes_claimed{0}, pending{0};
   std::atomic<double> handoff_seconds{0};
+  // A decode worker's handoff latency by phase (README "Measured"): claim -> the prefill worker's
+  // descriptor, descriptor -> bytes in hand, engine submit (import + first step) -> first event.
+  std::atomic<double> claim_wait_seconds{0}, pull_seconds{0}, first_event_seconds{0};
   std::atomic<int64_t> heartbeats_ok{0}, heartbeats_failed{0};
+  // Prompt tokens of the prefills accepted and not answered yet (heartbeats: the routers' quota).
+  std::atomic<int64_t> prefill_tokens{0};
 
   Impl(WorkerOptions o, engine::Engine& e) : opt(std::move(o)), engine(e) {}
 
@@ -195,11 +200,15 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
         Bytes got;
         try {
           if (t->arrived(FrameKind::kRkey, c.transfer)) {
+            const auto seen = Clock::now();
             const std::vector<uint8_t> descriptor = t->receive(FrameKind::kRkey, c.transfer, c.deadline);
             got = std::make_shared<const std::vector<uint8_t>>(t->claim_described(c.transfer, descriptor, c.deadline));
             ++claims_done;
             bytes_claimed += static_cast<int64_t>(got->size());
-            handoff_seconds = handoff_seconds + std::chrono::duration<double>(Clock::now() - c.started).count();
+            const auto now = Clock::now();
+            handoff_seconds = handoff_seconds + std::chrono::duration<double>(now - c.started).count();
+            claim_wait_seconds = claim_wait_seconds + std::chrono::duration<double>(seen - c.started).count();
+            pull_seconds = pull_seconds + std::chrono::duration<double>(now - seen).count();
           } else if (Clock::now() >= c.deadline) {
             ++claims_timed_out;
             error = core::str_cat("the KV state of transfer ", c.transfer, " did not arrive within ",
@@ -269,6 +278,7 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     h.running = m.running;
     h.waiting = m.waiting;
     h.kv_tokens_used = m.kv_bytes_used / std::max<int64_t>(1, opt.kv_bytes_per_token);
+    h.prefill_tokens = prefill_tokens.load();
     return router::heartbeat_json(h);
   }
 
@@ -339,19 +349,46 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     decode(ex, std::move(r));
   }
 
+  // The request's constraint, rebuilt from its source and advanced past the output this worker did not
+  // sample (the last `replayed` prompt ids: output_in_prompt, and a decode worker's first token), so the
+  // matcher stands where one process's would. Empty string: the request is fine; else why it is not (400).
+  std::string attach_constraint(const router::HandoffRequest& r, engine::RequestSpec& spec, size_t replayed) const {
+    if (r.constraint.empty()) return {};
+    if (!opt.make_constraint) return "this worker cannot build output constraints";
+    try {
+      spec.constraint = opt.make_constraint(r.constraint);
+    } catch (const std::exception& e) {
+      return core::str_cat("\"constraint\": ", e.what());
+    }
+    if (!spec.constraint) return "\"constraint\" names no constraint";
+    const size_t from = spec.prompt_ids.size() - replayed;
+    for (size_t i = from; i < spec.prompt_ids.size(); ++i) {
+      if (!spec.constraint->accept(spec.prompt_ids[i]))
+        return core::str_cat("output token ", spec.prompt_ids[i], " (output position ", i - from,
+                             ") is outside the request's constraint");
+    }
+    return {};
+  }
+
   void prefill(const std::shared_ptr<server::Exchange>& ex, router::HandoffRequest r) {
     engine::RequestSpec spec = router::to_spec(r);
     spec.export_state = true;
+    if (std::string bad = attach_constraint(r, spec, static_cast<size_t>(r.output_in_prompt)); !bad.empty())
+      return reply_error(ex, 400, bad);
     struct Acc {
       std::vector<int32_t> tokens;
       std::vector<engine::TokenLogprobs> logprobs;
     };
     auto acc = std::make_shared<Acc>();
     auto self = shared_from_this();
-    auto on_event = [self, ex, acc, transfer = r.transfer, peer = r.decode_ucx_address](const engine::TokenEvent& ev) {
+    const auto tokens = static_cast<int64_t>(spec.prompt_ids.size());
+    prefill_tokens += tokens;
+    auto on_event = [self, ex, acc, tokens, transfer = r.transfer,
+                     peer = r.decode_ucx_address](const engine::TokenEvent& ev) {
       acc->tokens.insert(acc->tokens.end(), ev.tokens.begin(), ev.tokens.end());
       acc->logprobs.insert(acc->logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
       if (ev.finish == engine::FinishReason::kNone) return;
+      self->prefill_tokens -= tokens;
       if (ev.finish == engine::FinishReason::kError) return reply_error(ex, 500, "prefill failed: " + ev.error);
       if (ev.finish == engine::FinishReason::kCancelled) return reply_error(ex, 503, "the request was cancelled");
       const bool handoff = ev.exported_state != nullptr;
@@ -375,13 +412,18 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
       ex->respond(200, "application/json", router::prefill_reply_json(reply));
     };
     const engine::SubmitResult res = engine.submit(std::move(spec), std::move(on_event));
-    if (res.status != engine::SubmitStatus::kAccepted) return reply_error(ex, status_for(res.status), res.message);
+    if (res.status != engine::SubmitStatus::kAccepted) {
+      prefill_tokens -= tokens;
+      return reply_error(ex, status_for(res.status), res.message);
+    }
     ex->on_disconnect([self, id = res.id] { self->engine.cancel(id); });
   }
 
   void decode(const std::shared_ptr<server::Exchange>& ex, router::HandoffRequest r) {
     engine::RequestSpec spec = router::to_spec(r);
     spec.prompt_ids.push_back(r.first_token);
+    if (std::string bad = attach_constraint(r, spec, static_cast<size_t>(r.output_in_prompt) + 1); !bad.empty())
+      return reply_error(ex, 400, bad);
     auto self = shared_from_this();
     Claim c;
     c.transfer = r.transfer;
@@ -395,12 +437,14 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
       struct Stream {
         std::mutex mu;
         bool started = false;
+        Clock::time_point submitted = Clock::now();
       };
       auto stream = std::make_shared<Stream>();
-      auto on_event = [ex, stream](const engine::TokenEvent& ev) {
+      auto on_event = [self, ex, stream](const engine::TokenEvent& ev) {
         std::lock_guard<std::mutex> lock(stream->mu);
         if (!stream->started) {
           stream->started = true;
+          self->first_event_seconds.fetch_add(std::chrono::duration<double>(Clock::now() - stream->submitted).count());
           ex->start_stream(200, "application/x-ndjson");
         }
         if (!ev.tokens.empty()) {
@@ -444,6 +488,14 @@ struct Worker::Impl : std::enable_shared_from_this<Worker::Impl> {
     w.counter("dsinfer_handoff_seconds_total", "Time from offer to kDone (prefill) or claim to data (decode).",
               handoff_seconds, l);
     w.gauge("dsinfer_handoff_pending", "Handoffs in flight on the handoff thread.", pending, l);
+    if (opt.role == WorkerRole::kDecode) {
+      w.counter("dsinfer_handoff_claim_wait_seconds_total",
+                "Decode: time from a claim to the prefill worker's descriptor.", claim_wait_seconds, l);
+      w.counter("dsinfer_handoff_pull_seconds_total", "Decode: time from the descriptor to the bytes in hand.",
+                pull_seconds, l);
+      w.counter("dsinfer_handoff_first_event_seconds_total",
+                "Decode: time from the engine submit (import, first step) to the first event.", first_event_seconds, l);
+    }
     w.counter("dsinfer_worker_heartbeats_total", "Heartbeats the router answered 200.", heartbeats_ok, l);
     w.counter("dsinfer_worker_heartbeat_failures_total", "Heartbeats that failed.", heartbeats_failed, l);
   }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,9 @@ struct WorkerOptions {
   int64_t max_running = 0;
   int64_t kv_tokens = 0;        // KV budget in tokens (budget / bytes per block * block tokens)
   int64_t kv_bytes_per_token = 1;
+  // Structured output: builds a fresh constraint from a TokenConstraint::source() text (throws on a bad
+  // one). Null: requests with a constraint are refused (400).
+  std::function<std::shared_ptr<engine::TokenConstraint>(const std::string&)> make_constraint;
 };
 
 class Worker {

@@ -58,6 +58,9 @@ class TokenConstraint {
   virtual bool accept(int32_t token) = 0;
   // Undoes the last n accepted tokens.
   virtual void rollback(int32_t n) = 0;
+  // Text another process can rebuild an equal, fresh constraint from (a disaggregated router sends it to
+  // its workers, which compile it there); empty: this constraint cannot leave its process.
+  virtual std::string source() const { return {}; }
 };
 
 struct RequestSpec {

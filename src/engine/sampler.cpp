@@ -236,12 +236,26 @@ Verification verify_drafts(std::span<const float> target_logits, int32_t vocab, 
     v.tokens.push_back(argmax(row(k)));
     return v;
   }
+  if (draft_dists.empty()) {
+    // Point-mass drafts: the token at each position is the plain sampler's draw there, kept as the draft
+    // when they agree. Same law as rejection sampling (accepted with probability p(x); otherwise drawn
+    // from p without x, the residual), but a position's token depends on (seed, position) only, not on
+    // which verify step it fell in: a stream resumed elsewhere (a failover) continues exactly.
+    for (size_t i = 0; i < k; ++i) {
+      const int32_t t = sample_token(row(i), p, stream, first_position + static_cast<int64_t>(i));
+      v.tokens.push_back(t);
+      if (t != drafts[i]) return v;
+      ++v.accepted;
+    }
+    v.tokens.push_back(sample_token(row(k), p, stream, first_position + static_cast<int64_t>(k)));
+    return v;
+  }
   std::vector<float> q_dense;
   for (size_t i = 0; i < k; ++i) {
     const int64_t pos = first_position + static_cast<int64_t>(i);
     const Distribution target = make_distribution(row(i), p);
     const int32_t x = drafts[i];
-    const double q = draft_dists.empty() ? 1.0 : draft_dists[i].prob_of(x);
+    const double q = draft_dists[i].prob_of(x);
     const double px = target.prob_of(x);
     if (stream.uniform(pos, DrawPurpose::kAccept) * q < px) {
       v.tokens.push_back(x);
@@ -250,11 +264,7 @@ Verification verify_drafts(std::span<const float> target_logits, int32_t vocab, 
     }
     // Rejected: draw from the residual max(0, p - q), renormalised.
     q_dense.assign(vocab, 0.0f);
-    if (draft_dists.empty()) {
-      q_dense[x] = 1.0f;
-    } else {
-      for (const TokenProb& t : draft_dists[i].items) q_dense[t.token] = t.prob;
-    }
+    for (const TokenProb& t : draft_dists[i].items) q_dense[t.token] = t.prob;
     Distribution residual;
     double mass = 0;
     for (const TokenProb& t : target.items) {

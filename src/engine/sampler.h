@@ -74,7 +74,9 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int32
 // Speculative verification of one request. target_logits has drafts.size()+1 rows: row i is the
 // target's distribution for the position of drafts[i] (the last row is the bonus position). With
 // draft distributions (same rows as drafts) the rule is rejection sampling; draft_dists may be empty
-// when the drafts were chosen greedily (the draft distribution is then a point mass).
+// when the drafts were chosen greedily (the draft distribution is then a point mass): then every token
+// is sample_token's draw at its position, the draft kept while they agree (the same law as rejection
+// sampling against a point mass), so a position's token does not depend on the steps' alignment.
 struct Verification {
   std::vector<int32_t> tokens;  // accepted drafts followed by one corrected or bonus token
   int32_t accepted = 0;         // how many drafts were accepted

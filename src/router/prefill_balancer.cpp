@@ -69,12 +69,13 @@ bool PrefillBalancer::older(const Entry& a, const Entry& b) const {
   return a.order < b.order;
 }
 
-std::vector<PrefillJob> PrefillBalancer::pull(int64_t remaining, int64_t capacity, int64_t now_ns) {
+std::vector<PrefillJob> PrefillBalancer::pull(int64_t remaining, int64_t capacity, int64_t now_ns,
+                                              size_t max_jobs) {
   DSINFER_CHECK(capacity > 0 && remaining >= 0 && remaining <= capacity,
                 "prefill pull: remaining quota ", remaining, " outside [0, ", capacity, "]");
   std::vector<PrefillJob> taken;
   bool idle = remaining == capacity;
-  for (;;) {
+  while (taken.size() < max_jobs) {
     std::deque<Entry>* oldest = nullptr;
     std::deque<Entry>* oldest_fitting = nullptr;
     for (auto& bucket : buckets_) {
@@ -102,6 +103,16 @@ std::vector<PrefillJob> PrefillBalancer::pull(int64_t remaining, int64_t capacit
     if (remaining == 0) break;
   }
   return taken;
+}
+
+PrefillRoom prefill_room(const PrefillWorkerLoad& w, int64_t quota_tokens, int64_t unknown_max_running) {
+  const int64_t max_running = w.max_running > 0 ? w.max_running : unknown_max_running;
+  const int64_t other_requests = std::max<int64_t>(0, w.heartbeat_requests - w.own_requests_at_heartbeat);
+  const int64_t other_tokens = std::max<int64_t>(0, w.heartbeat_tokens - w.own_tokens_at_heartbeat);
+  PrefillRoom room;
+  room.requests = std::max<int64_t>(0, max_running - w.own_requests - other_requests);
+  room.tokens = std::max<int64_t>(0, quota_tokens - w.own_tokens - other_tokens);
+  return room;
 }
 
 size_t PrefillBalancer::queued() const {

@@ -50,8 +50,9 @@ class PrefillBalancer {
   bool cancel(uint64_t id);
 
   // A worker with `remaining` tokens of quota left out of `capacity` per step asks for work at `now_ns`
-  // (remaining == capacity means the worker is idle).
-  std::vector<PrefillJob> pull(int64_t remaining, int64_t capacity, int64_t now_ns);
+  // (remaining == capacity means the worker is idle); it takes at most max_jobs.
+  std::vector<PrefillJob> pull(int64_t remaining, int64_t capacity, int64_t now_ns,
+                               size_t max_jobs = static_cast<size_t>(-1));
 
   size_t queued() const;
   size_t queued(size_t bucket) const { return buckets_.at(bucket).size(); }
@@ -68,5 +69,25 @@ class PrefillBalancer {
   std::vector<std::deque<Entry>> buckets_;
   uint64_t next_order_ = 0;
 };
+
+// What one router may still send a prefill worker. The router knows its own prefills on the worker; the
+// worker's heartbeat tells its whole load, from every router: the engine's running + waiting requests and
+// the prompt tokens of the prefills it has not answered. The others' share is that load less this
+// router's own when the heartbeat came (so neither a stale heartbeat nor calls since count twice):
+//   requests = max_running - own_requests - max(0, heartbeat requests - own requests at the heartbeat)
+//   tokens   = quota       - own_tokens   - max(0, heartbeat tokens   - own tokens at the heartbeat)
+// so several routers over one pool together stay within each worker's limits (up to one heartbeat of lag).
+struct PrefillWorkerLoad {
+  int64_t max_running = 0;  // the heartbeat's capacity; 0: unknown (unknown_max_running)
+  int64_t heartbeat_requests = 0, heartbeat_tokens = 0;  // running + waiting; prefill_tokens
+  int64_t own_requests_at_heartbeat = 0, own_tokens_at_heartbeat = 0;
+  int64_t own_requests = 0, own_tokens = 0;  // now
+};
+struct PrefillRoom {
+  int64_t requests = 0;
+  int64_t tokens = 0;
+  bool any() const { return requests > 0 && tokens > 0; }
+};
+PrefillRoom prefill_room(const PrefillWorkerLoad& w, int64_t quota_tokens, int64_t unknown_max_running);
 
 }  // namespace dsinfer::router

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -56,6 +57,7 @@ struct RemoteEngine::Request {
   std::string decode_worker;  // placed on decode_ (empty: not placed)
   int64_t decode_kv = 0, decode_reserve = 0;
   HttpCall* call = nullptr;  // the call in progress: cancel() and dropped workers cut it
+  int64_t progress_ns = 0;   // when the call in progress last moved (started, answered, a line came)
 };
 
 RemoteEngine::RemoteEngine(RemoteEngineOptions options)
@@ -85,9 +87,9 @@ int64_t RemoteEngine::now_ns() const {
 
 engine::SubmitResult RemoteEngine::submit(engine::RequestSpec spec, engine::TokenCallback on_event) {
   using engine::SubmitStatus;
-  if (spec.constraint)
-    return {SubmitStatus::kInvalid, 0,
-            "structured output (response_format, strict tool schemas) is not supported through the router yet"};
+  // A constraint crosses to the workers as its source (they compile it there).
+  if (spec.constraint && spec.constraint->source().empty())
+    return {SubmitStatus::kInvalid, 0, "this output constraint cannot be sent to the cluster's workers"};
   if (spec.prompt_ids.empty()) return {SubmitStatus::kInvalid, 0, "empty prompt"};
   if (spec.max_tokens < 1) return {SubmitStatus::kInvalid, 0, "max_tokens must be at least 1"};
   const auto prompt = static_cast<int64_t>(spec.prompt_ids.size());
@@ -359,6 +361,10 @@ RemoteEngine::Attempt RemoteEngine::attempt(Request& r) {
       bool first_line = true;
       std::string chunk;
       while (!finished && call.read_some(chunk)) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          r.progress_ns = now_ns();
+        }
         lines.feed(chunk, [&](std::string_view line) {
           if (finished) return;
           const DecodeLine d = parse_decode_line(line);
@@ -430,24 +436,32 @@ bool RemoteEngine::attach(Request& r, HttpCall* call) {
   std::lock_guard<std::mutex> lock(mu_);
   if (r.cancelled) return false;
   r.call = call;
+  r.progress_ns = now_ns();
   return true;
 }
 
 void RemoteEngine::pump_locked(int64_t now) {
   if (prefill_.queued() == 0) return;
   // Workers with the most quota left pull first.
-  std::vector<std::pair<int64_t, std::string>> order;
+  std::vector<std::tuple<int64_t, std::string, int64_t>> order;  // -tokens left, id, requests left
   for (const auto& [id, w] : workers_) {
     if (!w.live || !w.last.prefill) continue;
-    const int64_t max_running = w.last.max_running > 0 ? w.last.max_running : kUnknownMaxRunning;
-    if (w.prefills_in_flight >= max_running) continue;
-    const int64_t remaining = options_.prefill_quota_tokens - w.prefill_tokens_in_flight;
-    if (remaining > 0) order.emplace_back(-remaining, id);
+    PrefillWorkerLoad load;
+    load.max_running = w.last.max_running;
+    load.heartbeat_requests = w.last.running + w.last.waiting;
+    load.heartbeat_tokens = w.last.prefill_tokens;
+    load.own_requests_at_heartbeat = w.prefills_at_heartbeat;
+    load.own_tokens_at_heartbeat = w.prefill_tokens_at_heartbeat;
+    load.own_requests = w.prefills_in_flight;
+    load.own_tokens = w.prefill_tokens_in_flight;
+    const PrefillRoom room = prefill_room(load, options_.prefill_quota_tokens, kUnknownMaxRunning);
+    if (room.any()) order.emplace_back(-room.tokens, id, room.requests);
   }
   std::sort(order.begin(), order.end());
   bool assigned = false;
-  for (const auto& [neg_remaining, id] : order) {
-    for (const PrefillJob& job : prefill_.pull(-neg_remaining, options_.prefill_quota_tokens, now)) {
+  for (const auto& [neg_remaining, id, requests] : order) {
+    for (const PrefillJob& job :
+         prefill_.pull(-neg_remaining, options_.prefill_quota_tokens, now, static_cast<size_t>(requests))) {
       auto it = requests_.find(job.id);
       if (it == requests_.end()) continue;
       Request& r = *it->second;
@@ -488,10 +502,16 @@ std::string RemoteEngine::heartbeat(const std::string& body) {
   info.id = h.id;
   info.role = h.prefill ? WorkerRole::kPrefill : WorkerRole::kDecode;
   info.address = h.url;
-  const HeartbeatEvent event = registry_.heartbeat(info, now_ns());
   WorkerState& w = workers_[h.id];
   DSINFER_CHECK(!w.live || w.last.prefill == h.prefill, "heartbeat: worker ", h.id, " changed its role");
+  if (now_ns() < w.held_until_ns) {  // stalled not long ago: its heartbeats alone do not bring it back
+    w.last = h;
+    return Json{{"lease_ms", options_.lease.count()}}.dump();
+  }
+  const HeartbeatEvent event = registry_.heartbeat(info, now_ns());
   w.last = h;
+  w.prefills_at_heartbeat = w.prefills_in_flight;
+  w.prefill_tokens_at_heartbeat = w.prefill_tokens_in_flight;
   w.live = true;
   if (!h.prefill) {
     if (!w.in_decode_balancer) {
@@ -552,6 +572,7 @@ RouterStats RemoteEngine::stats() const {
   s.handoff_seconds_total = static_cast<double>(handoff_ns_.load()) * 1e-9;
   s.requests_total = requests_total_.load();
   s.rejected_full_total = rejected_full_.load();
+  s.stalls_total = stalls_.load();
   return s;
 }
 
@@ -565,10 +586,30 @@ engine::EngineMetrics RemoteEngine::metrics() const {
 }
 
 void RemoteEngine::watchdog() {
+  const int64_t stall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.progress_timeout).count();
   std::unique_lock<std::mutex> lock(mu_);
   while (!watchdog_stop_) {
     cv_.wait_for(lock, std::chrono::milliseconds(100));
-    for (const std::string& id : registry_.expire(now_ns())) drop_worker_locked(id, "its lease expired");
+    const int64_t now = now_ns();
+    for (const std::string& id : registry_.expire(now)) drop_worker_locked(id, "its lease expired");
+    if (stall_ns <= 0) continue;
+    // A worker that heartbeats while its engine hangs: its call makes no progress. Dropping it cuts the
+    // call (and its other requests' calls); they fail over. It stays out for another stall period.
+    std::vector<std::string> stalled;
+    for (const auto& [rid, r] : requests_) {
+      if (r->call == nullptr || r->cancelled || now - r->progress_ns < stall_ns) continue;
+      const std::string& id = r->phase == Phase::kPrefill ? r->prefill_worker
+                              : r->phase == Phase::kDecode ? r->decode_worker
+                                                           : std::string();
+      if (!id.empty()) stalled.push_back(id);
+    }
+    for (const std::string& id : stalled) {
+      auto it = workers_.find(id);
+      if (it == workers_.end() || !it->second.live) continue;
+      ++stalls_;
+      it->second.held_until_ns = now + stall_ns;
+      drop_worker_locked(id, core::str_cat("a call made no progress for ", options_.progress_timeout.count(), " ms"));
+    }
   }
 }
 

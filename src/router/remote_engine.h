@@ -48,6 +48,11 @@ struct RemoteEngineOptions {
   int max_failovers = 4;  // re-submissions per request before it fails
   // A request waiting this long for a prefill worker (none live, all busy) fails.
   std::chrono::milliseconds queue_timeout{60000};
+  // A worker call with no progress this long (no prefill answer; no decode line) counts as the worker
+  // failing: the call is cut, the request re-submitted elsewhere, and the worker leaves the pool for as
+  // long again (its heartbeats alone do not show that its engine runs). 0: off. Must exceed the longest
+  // prefill a worker may take, queueing included.
+  std::chrono::milliseconds progress_timeout{300000};
   int32_t max_queue = 4096;
 };
 
@@ -68,6 +73,7 @@ struct RouterStats {
   int64_t handoffs_total = 0, handoff_bytes_total = 0;
   double handoff_seconds_total = 0;  // prefill reply -> first decode line
   int64_t requests_total = 0, rejected_full_total = 0;
+  int64_t stalls_total = 0;  // worker calls cut for no progress within progress_timeout
 };
 
 class RemoteEngine final : public engine::Engine {
@@ -99,6 +105,9 @@ class RemoteEngine final : public engine::Engine {
     int64_t routed_in_flight = 0;
     size_t decode_index = 0;  // in decode_ (decode workers)
     bool in_decode_balancer = false;
+    int64_t held_until_ns = 0;  // stalled (progress_timeout): its heartbeats do not rejoin it before this
+    // This router's prefills on it when its last heartbeat came (prefill_room).
+    int64_t prefills_at_heartbeat = 0, prefill_tokens_at_heartbeat = 0;
   };
 
   enum class Attempt { kDone, kRetry };
@@ -131,6 +140,7 @@ class RemoteEngine final : public engine::Engine {
   bool watchdog_stop_ = false;
   std::thread watchdog_;
   std::atomic<int64_t> failovers_{0}, handoffs_{0}, handoff_bytes_{0}, requests_total_{0}, rejected_full_{0};
+  std::atomic<int64_t> stalls_{0};
   std::atomic<int64_t> handoff_ns_{0};
   std::atomic<int64_t> generated_total_{0}, prompt_total_{0}, cached_total_{0};
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();

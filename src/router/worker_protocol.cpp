@@ -122,6 +122,7 @@ HandoffRequest handoff_request(const engine::RequestSpec& spec, const RequestPro
   r.max_tokens = spec.max_tokens;
   r.traffic_class = spec.traffic_class;
   r.output_in_prompt = spec.output_in_prompt + static_cast<int32_t>(progress.generated.size());
+  if (spec.constraint) r.constraint = spec.constraint->source();
   return r;
 }
 
@@ -134,6 +135,7 @@ std::string handoff_request_json(const HandoffRequest& r, bool decode) {
          {"max_tokens", r.max_tokens},
          {"traffic_class", r.traffic_class},
          {"output_in_prompt", r.output_in_prompt}};
+  if (!r.constraint.empty()) j["constraint"] = r.constraint;
   if (decode) {
     j["first_token"] = r.first_token;
   } else {
@@ -157,6 +159,7 @@ HandoffRequest parse_handoff_request(std::string_view body, bool decode) {
   r.output_in_prompt = field<int32_t>(j, "output_in_prompt", 0);
   DSINFER_CHECK(r.output_in_prompt >= 0 && r.output_in_prompt < static_cast<int64_t>(r.prompt_ids.size()),
                 "\"output_in_prompt\" must leave at least one prompt token");
+  r.constraint = field<std::string>(j, "constraint", "");
   if (decode) {
     r.first_token = required<int32_t>(j, "first_token");
   } else {
@@ -291,7 +294,8 @@ std::string heartbeat_json(const Heartbeat& h) {
               {"url", h.url},
               {"ucx_address", h.ucx_address},
               {"capacity", {{"max_running", h.max_running}, {"kv_tokens", h.kv_tokens}}},
-              {"load", {{"running", h.running}, {"waiting", h.waiting}, {"kv_tokens_used", h.kv_tokens_used}}}}
+              {"load", {{"running", h.running}, {"waiting", h.waiting}, {"kv_tokens_used", h.kv_tokens_used},
+                        {"prefill_tokens", h.prefill_tokens}}}}
       .dump();
 }
 
@@ -316,6 +320,7 @@ Heartbeat parse_heartbeat(std::string_view body) {
       h.running = int_field(*l, "running", 0);
       h.waiting = int_field(*l, "waiting", 0);
       h.kv_tokens_used = int_field(*l, "kv_tokens_used", 0);
+      h.prefill_tokens = int_field(*l, "prefill_tokens", 0);
     }
     return h;
   } catch (const Json::exception& e) {

@@ -39,6 +39,10 @@ struct HandoffRequest {
   // The last output_in_prompt prompt_ids are output the client already has (a stream resumed after its
   // decode worker died): RequestSpec::output_in_prompt, so penalties count them.
   int32_t output_in_prompt = 0;
+  // Structured output: the request's TokenConstraint::source() (empty: none). The worker rebuilds the
+  // constraint and replays the output it did not sample itself (output_in_prompt, and a decode worker's
+  // first_token) before its own first draw.
+  std::string constraint;
   std::string decode_ucx_address;  // prefill only: where the state goes
   int32_t first_token = -1;        // decode only
 };
@@ -49,7 +53,8 @@ std::string handoff_request_json(const HandoffRequest& r, bool decode);
 // Fails with core::Error (invalid input) naming the field that is missing or wrong; missing sampling
 // fields keep the engine's defaults.
 HandoffRequest parse_handoff_request(std::string_view body, bool decode);
-// The engine's spec for it: the prompt and the options (the decode side appends first_token).
+// The engine's spec for it: the prompt and the options (the decode side appends first_token); the
+// constraint is the worker's to build.
 engine::RequestSpec to_spec(const HandoffRequest& r);
 
 // The prefill worker's answer: the first token, and whether the state went to the decode worker.
@@ -99,6 +104,7 @@ struct Heartbeat {
   std::string ucx_address;
   int64_t max_running = 0, kv_tokens = 0;                // capacity
   int64_t running = 0, waiting = 0, kv_tokens_used = 0;  // load
+  int64_t prefill_tokens = 0;  // a prefill worker's: prompt tokens of the prefills it has not answered yet
 };
 std::string heartbeat_json(const Heartbeat& h);
 Heartbeat parse_heartbeat(std::string_view body);  // fails with core::Error when malformed

@@ -1,6 +1,10 @@
 #include "server/structured_output.h"
 
 #include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "grammar/ebnf.h"
@@ -46,11 +50,42 @@ grammar::Grammar compile_tool_calls(const std::string& source) {
   return grammar::tool_call_grammar(tools, o);
 }
 
+using Kind = recipe::OutputConstraintRequest::Kind;
+
+// The kind names of a constraint's source() text.
+constexpr std::pair<Kind, const char*> kKindNames[] = {{Kind::kJsonSchema, "json_schema"},
+                                                       {Kind::kJsonObject, "json_object"},
+                                                       {Kind::kRegex, "regex"},
+                                                       {Kind::kEbnf, "ebnf"},
+                                                       {Kind::kToolCalls, "tool_calls"}};
+
+std::string source_text(const recipe::OutputConstraintRequest& request, bool thinking) {
+  for (const auto& [kind, name] : kKindNames) {
+    if (kind == request.kind)
+      return nlohmann::json{{"kind", name}, {"source", request.source}, {"thinking", thinking}}.dump();
+  }
+  return {};
+}
+
 }  // namespace
+
+std::shared_ptr<engine::TokenConstraint> StructuredOutput::constraint_from_source(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  DSINFER_CHECK(j.is_object() && j.contains("kind") && j["kind"].is_string() && j.contains("source") &&
+                    j["source"].is_string() && j.contains("thinking") && j["thinking"].is_boolean(),
+                "structured output: the constraint must be {\"kind\", \"source\", \"thinking\"}");
+  recipe::OutputConstraintRequest request;
+  const std::string kind = j["kind"].get<std::string>();
+  const auto* named = std::find_if(std::begin(kKindNames), std::end(kKindNames),
+                                   [&](const auto& k) { return kind == k.second; });
+  DSINFER_CHECK(named != std::end(kKindNames), "structured output: unknown constraint kind \"", kind, "\"");
+  request.kind = named->first;
+  request.source = j["source"].get<std::string>();
+  return constraint_for(request, j["thinking"].get<bool>());
+}
 
 std::shared_ptr<engine::TokenConstraint> StructuredOutput::constraint_for(
     const recipe::OutputConstraintRequest& request, bool thinking) {
-  using Kind = recipe::OutputConstraintRequest::Kind;
   std::shared_ptr<const grammar::Grammar> g;
   switch (request.kind) {
     case Kind::kNone: return nullptr;
@@ -70,14 +105,19 @@ std::shared_ptr<engine::TokenConstraint> StructuredOutput::constraint_for(
       break;
     case Kind::kToolCalls:  // the grammar starts where the output starts, reasoning included
       g = cache_.get("tool_calls:" + request.source, [&] { return compile_tool_calls(request.source); });
-      return std::make_shared<GrammarConstraint>(std::move(g), tool_vocabulary());
+      return std::make_shared<GrammarConstraint>(std::move(g), tool_vocabulary(), -1, source_text(request, thinking));
   }
-  return std::make_shared<GrammarConstraint>(std::move(g), vocabulary(), thinking ? think_end_ : -1);
+  return std::make_shared<GrammarConstraint>(std::move(g), vocabulary(), thinking ? think_end_ : -1,
+                                             source_text(request, thinking));
 }
 
 GrammarConstraint::GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar,
-                                     std::shared_ptr<const grammar::Vocabulary> vocab, int32_t gate_token)
-    : matcher_(std::move(grammar), std::move(vocab)), gate_(gate_token), open_(gate_token < 0) {}
+                                     std::shared_ptr<const grammar::Vocabulary> vocab, int32_t gate_token,
+                                     std::string source)
+    : matcher_(std::move(grammar), std::move(vocab)),
+      gate_(gate_token),
+      open_(gate_token < 0),
+      source_(std::move(source)) {}
 
 void GrammarConstraint::fill_mask(std::span<uint32_t> words) {
   if (open_) {

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "engine/engine.h"
 #include "grammar/grammar_cache.h"
@@ -22,8 +23,12 @@ class StructuredOutput {
   StructuredOutput(const tokenizer::Tokenizer& tokenizer, int32_t eos_token_id);
 
   // Null for Kind::kNone. A grammar that does not compile throws core::Error naming what is wrong (400).
+  // The constraint's source() is compact JSON {"kind", "source", "thinking"} that constraint_from_source
+  // turns back into an equal, fresh constraint (in another process: a disaggregated router's workers).
   std::shared_ptr<engine::TokenConstraint> constraint_for(const recipe::OutputConstraintRequest& request,
                                                           bool thinking);
+  // Fails with core::Error (invalid input) naming what is wrong with the text.
+  std::shared_ptr<engine::TokenConstraint> constraint_from_source(const std::string& text);
   const grammar::GrammarCache& cache() const { return cache_; }
 
  private:
@@ -45,10 +50,11 @@ class StructuredOutput {
 class GrammarConstraint final : public engine::TokenConstraint {
  public:
   GrammarConstraint(std::shared_ptr<const grammar::Grammar> grammar, std::shared_ptr<const grammar::Vocabulary> vocab,
-                    int32_t gate_token = -1);
+                    int32_t gate_token = -1, std::string source = {});
   void fill_mask(std::span<uint32_t> words) override;
   bool accept(int32_t token) override;
   void rollback(int32_t n) override;
+  std::string source() const override { return source_; }
   const grammar::TokenMatcher& matcher() const { return matcher_; }
 
  private:
@@ -56,6 +62,7 @@ class GrammarConstraint final : public engine::TokenConstraint {
   int32_t gate_;
   int32_t before_gate_ = 0;  // tokens accepted while the gate was closed (the gate included)
   bool open_;
+  std::string source_;
 };
 
 }  // namespace dsinfer::server

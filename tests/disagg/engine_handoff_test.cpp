@@ -174,47 +174,50 @@ TEST_P(EngineHandoff, SeededSamplingWithPenaltiesContinuesBitwise) {
 
 // Failover: a stream whose decode worker died after 5 tokens is resumed by re-submitting prompt + those
 // tokens (output_in_prompt = 5) to a fresh prefill/decode pair. The continuation is the uninterrupted
-// run's, penalties included (they count the 5 tokens as output, not prompt). With speculation only greedy
-// is exact here: a seeded draw inside a verify step is not the plain sampler's draw at that position, and
-// the resumed run's steps need not line up with the uninterrupted run's.
+// run's, penalties included (they count the 5 tokens as output, not prompt), greedy and seeded, with
+// speculation too: a verified token is the plain sampler's draw at its position, so it does not matter
+// that the resumed run's verify steps do not line up with the uninterrupted run's.
 TEST_P(EngineHandoff, ResumedStreamContinuesExactly) {
-  RequestSpec s = engine::fixed_length_greedy(prompt(140, 11), 20);
-  s.sampling.temperature = GetParam() ? 0.0f : 0.8f;
-  s.sampling.seed = 99;
-  s.sampling.frequency_penalty = 1.5f;
-  s.sampling.presence_penalty = 0.5f;
-  s.sampling.top_logprobs = 2;
-  const Result whole = run(*whole_, s);
-  ASSERT_EQ(whole.tokens.size(), 20u) << whole.error;
+  for (const float temperature : {0.0f, 0.8f}) {
+    SCOPED_TRACE(temperature);
+    RequestSpec s = engine::fixed_length_greedy(prompt(140, 11), 20);
+    s.sampling.temperature = temperature;
+    s.sampling.seed = 99;
+    s.sampling.frequency_penalty = 1.5f;
+    s.sampling.presence_penalty = 0.5f;
+    s.sampling.top_logprobs = 2;
+    const Result whole = run(*whole_, s);
+    ASSERT_EQ(whole.tokens.size(), 20u) << whole.error;
 
-  constexpr int32_t kDone = 5;
-  RequestSpec resumed = s;
-  resumed.prompt_ids.insert(resumed.prompt_ids.end(), whole.tokens.begin(), whole.tokens.begin() + kDone);
-  resumed.output_in_prompt = kDone;
-  RequestSpec p = resumed;
-  p.export_state = true;
-  const Result first = run(*prefill_, p);
-  ASSERT_EQ(first.finish, FinishReason::kLength) << first.error;
-  ASSERT_EQ(first.tokens.size(), 1u);
-  ASSERT_NE(first.exported, nullptr);
-  RequestSpec d = resumed;
-  d.prompt_ids.push_back(first.tokens[0]);
-  d.imported_state = first.exported;
-  const Result rest = run(*decode_, d);
-  ASSERT_EQ(rest.finish, FinishReason::kLength) << rest.error;
-  std::vector<int32_t> joined(whole.tokens.begin(), whole.tokens.begin() + kDone);
-  joined.insert(joined.end(), first.tokens.begin(), first.tokens.end());
-  joined.insert(joined.end(), rest.tokens.begin(), rest.tokens.end());
-  EXPECT_EQ(joined, whole.tokens);
-  std::vector<engine::TokenLogprobs> lps(whole.logprobs.begin(), whole.logprobs.begin() + kDone);
-  lps.insert(lps.end(), first.logprobs.begin(), first.logprobs.end());
-  lps.insert(lps.end(), rest.logprobs.begin(), rest.logprobs.end());
-  expect_same_logprobs(whole.logprobs, lps);
+    constexpr int32_t kDone = 5;
+    RequestSpec resumed = s;
+    resumed.prompt_ids.insert(resumed.prompt_ids.end(), whole.tokens.begin(), whole.tokens.begin() + kDone);
+    resumed.output_in_prompt = kDone;
+    RequestSpec p = resumed;
+    p.export_state = true;
+    const Result first = run(*prefill_, p);
+    ASSERT_EQ(first.finish, FinishReason::kLength) << first.error;
+    ASSERT_EQ(first.tokens.size(), 1u);
+    ASSERT_NE(first.exported, nullptr);
+    RequestSpec d = resumed;
+    d.prompt_ids.push_back(first.tokens[0]);
+    d.imported_state = first.exported;
+    const Result rest = run(*decode_, d);
+    ASSERT_EQ(rest.finish, FinishReason::kLength) << rest.error;
+    std::vector<int32_t> joined(whole.tokens.begin(), whole.tokens.begin() + kDone);
+    joined.insert(joined.end(), first.tokens.begin(), first.tokens.end());
+    joined.insert(joined.end(), rest.tokens.begin(), rest.tokens.end());
+    EXPECT_EQ(joined, whole.tokens);
+    std::vector<engine::TokenLogprobs> lps(whole.logprobs.begin(), whole.logprobs.begin() + kDone);
+    lps.insert(lps.end(), first.logprobs.begin(), first.logprobs.end());
+    lps.insert(lps.end(), rest.logprobs.begin(), rest.logprobs.end());
+    expect_same_logprobs(whole.logprobs, lps);
 
-  // The same resume in one engine (a colocated server re-submitting) gives the same tail.
-  const Result colocated = run(*decode_, resumed);
-  ASSERT_EQ(colocated.finish, FinishReason::kLength) << colocated.error;
-  EXPECT_EQ(colocated.tokens, std::vector<int32_t>(whole.tokens.begin() + kDone, whole.tokens.end()));
+    // The same resume in one engine (a colocated server re-submitting) gives the same tail.
+    const Result colocated = run(*decode_, resumed);
+    ASSERT_EQ(colocated.finish, FinishReason::kLength) << colocated.error;
+    EXPECT_EQ(colocated.tokens, std::vector<int32_t>(whole.tokens.begin() + kDone, whole.tokens.end()));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Speculation, EngineHandoff, ::testing::Bool(),

@@ -1,7 +1,8 @@
 // `dsinfer cluster` (a router plus prefill and decode workers, real processes) against one `dsinfer serve`
 // on the same tiny model: the official clients see the same outputs (greedy and seeded, streamed and not,
-// tools, usage, errors), a decode worker killed mid-stream does not change the stream, a killed prefill
-// worker's requests are retried, and a worker that stops heartbeating leaves the pool and rejoins.
+// tools, structured output, usage, errors), a decode worker killed mid-stream does not change the stream
+// (structured output included), a killed prefill worker's requests are retried, and a worker that stops
+// heartbeating leaves the pool and rejoins.
 import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -64,7 +65,7 @@ async function busyDecodeWorker(cluster) {
 }
 
 // A decode worker to spare for each kill -9 below.
-const DECODE_WORKERS = 4;
+const DECODE_WORKERS = 5;
 let single;
 let cluster;
 let one;   // OpenAI client on the single server
@@ -187,11 +188,11 @@ test('Anthropic messages, streamed and not, equal one process', async () => {
   assert.deepEqual(content(sb), content(a));
 });
 
-test('errors: unknown model, too long, structured output are refused cleanly', async () => {
+test('errors: unknown model, too long, a bad grammar are refused cleanly', async () => {
   await assert.rejects(many.chat.completions.create(chat({ model: 'nope' })), (e) => e.status === 404);
   await assert.rejects(many.chat.completions.create(chat({ max_tokens: 10_000_000 })), (e) => e.status === 400);
-  await assert.rejects(many.chat.completions.create(chat({ response_format: { type: 'json_object' } })),
-    (e) => e.status === 400 || e.status === 501);
+  await assert.rejects(many.chat.completions.create(chat({ regex: '(a' })),
+    (e) => e.status === 400 && /regex line 1 column 1: unclosed/.test(e.message));
   // The cluster still serves afterwards.
   const ok = await many.chat.completions.create(chat({ max_tokens: 3 }));
   assert.equal(ok.choices.length, 1);
@@ -254,6 +255,70 @@ for (const [name, extra] of [
     assert.ok((await routerMetrics(cluster)).get('dsinfer_router_failovers_total') > before);
   });
 }
+
+// Structured output: the router sends the constraint's source to both workers, which compile it and
+// resume the matcher where the handed-off (or failed-over) stream stands. The story's pattern bounds the
+// output, so a random-weight model finishes it; in thinking mode the reasoning before </think> is free
+// (and may run to max_tokens), the JSON follows it.
+const STORY = { type: 'object', properties: { story: { type: 'string', pattern: '^[a-z ]{40,80}$' } },
+  required: ['story'], additionalProperties: false };
+const storyReq = (extra = {}) => chat({ max_tokens: 400, thinking: { type: 'disabled' },
+  response_format: { type: 'json_schema', json_schema: { name: 'story', strict: true, schema: STORY } }, ...extra });
+const validStory = (text) => {
+  const v = JSON.parse(text);
+  assert.deepEqual(Object.keys(v), ['story']);
+  assert.match(v.story, /^[a-z ]{40,80}$/);
+};
+
+test('structured output (json_schema, regex, json_object) equals one process and is valid', async () => {
+  for (const extra of [{}, { temperature: 0.8, seed: 77 }]) {
+    const a = await one.chat.completions.create(storyReq(extra));
+    const b = await many.chat.completions.create(storyReq(extra));
+    assert.equal(b.choices[0].message.content, a.choices[0].message.content, JSON.stringify(extra));
+    assert.equal(b.choices[0].finish_reason, a.choices[0].finish_reason);
+    assert.equal(b.choices[0].finish_reason, 'stop');
+    validStory(b.choices[0].message.content);
+  }
+  // Thinking: the constraint's gate opens at </think> on whichever worker produces it.
+  const t = storyReq({ thinking: { type: 'enabled' }, temperature: 0.8, seed: 5 });
+  const ta = await one.chat.completions.create(t);
+  const tb = await many.chat.completions.create(t);
+  assert.equal(tb.choices[0].message.content, ta.choices[0].message.content);
+  assert.equal(tb.choices[0].message.reasoning_content, ta.choices[0].message.reasoning_content);
+  const re = chat({ regex: '\\(\\d{3}\\) \\d{3}-\\d{4}', thinking: { type: 'disabled' } });
+  const ra = await one.chat.completions.create(re);
+  const rb = await many.chat.completions.create(re);
+  assert.equal(rb.choices[0].message.content, ra.choices[0].message.content);
+  assert.match(rb.choices[0].message.content, /^\(\d{3}\) \d{3}-\d{4}$/);
+  const jo = chat({ response_format: { type: 'json_object' }, max_tokens: 30, thinking: { type: 'disabled' },
+    messages: [{ role: 'user', content: 'Reply in JSON.' }] });
+  const ja = await one.chat.completions.create(jo);
+  const jb = await many.chat.completions.create(jo);
+  assert.equal(jb.choices[0].message.content, ja.choices[0].message.content);
+});
+
+test('kill -9 of the decode worker of a json_schema stream: the same valid JSON as one process', async () => {
+  const req = storyReq({ temperature: 0.8, seed: 4343 });
+  const want = (await one.chat.completions.create(req)).choices[0].message.content;
+  const before = (await routerMetrics(cluster)).get('dsinfer_router_failovers_total');
+  const stream = await many.chat.completions.create({ ...req, stream: true });
+  let text = '';
+  let chunks = 0;
+  let killed = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    if (++chunks === 4) {
+      const id = await waitFor(() => busyDecodeWorker(cluster), { what: 'the busy decode worker' });
+      killed = pidOf(id);
+      process.kill(killed, 'SIGSTOP');  // no more tokens from it: the kill lands mid-stream for sure
+      process.kill(killed, 'SIGKILL');
+    }
+  }
+  assert.ok(killed, 'the stream was too short to kill its worker');
+  assert.equal(text, want);
+  validStory(text);
+  assert.ok((await routerMetrics(cluster)).get('dsinfer_router_failovers_total') > before);
+});
 
 test('kill -9 of a prefill worker: its requests are retried on another', async () => {
   const w = await workers(cluster);

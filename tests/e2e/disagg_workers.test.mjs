@@ -172,6 +172,12 @@ for (const speculation of [false, true]) {
           const m = await (await fetch(`${prefill.url}/metrics`)).text();
           assert.match(m, new RegExp(`dsinfer_handoff_offers_claimed_total\\{role="prefill"\\} ${cases.length + 3}\\b`));
           assert.match(m, /dsinfer_handoff_offers_unclaimed_total\{role="prefill"\} 0\b/);
+          // The decode worker timed each handoff's phases (disagg README "Where a handoff's time goes").
+          const dm = await (await fetch(`${decode.url}/metrics`)).text();
+          for (const phase of ['claim_wait', 'pull', 'first_event']) {
+            const hit = dm.match(new RegExp(`dsinfer_handoff_${phase}_seconds_total\\{role="decode"\\} ([0-9.e+-]+)`));
+            assert.ok(hit && Number(hit[1]) > 0, `${phase}: ${hit}`);
+          }
           // Heartbeats from both, with the protocol's fields.
           for (const [w, r] of [[prefill, 'prefill'], [decode, 'decode']]) {
             const hb = await waitFor(() => heartbeats.find((h) => h.url === w.url), { what: `${r} heartbeat` });
@@ -180,7 +186,8 @@ for (const speculation of [false, true]) {
             assert.equal(typeof hb.ucx_address, 'string');
             assert.ok(hb.ucx_address.length > 0);
             assert.ok(hb.capacity.max_running > 0 && hb.capacity.kv_tokens > 0, JSON.stringify(hb));
-            for (const k of ['running', 'waiting', 'kv_tokens_used']) assert.equal(typeof hb.load[k], 'number', k);
+            for (const k of ['running', 'waiting', 'kv_tokens_used', 'prefill_tokens'])
+              assert.equal(typeof hb.load[k], 'number', k);
           }
         } finally {
           const [a, b] = await Promise.all([prefill.stop(), decode.stop()]);

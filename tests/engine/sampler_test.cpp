@@ -6,6 +6,8 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <span>
+#include <vector>
 
 namespace dsinfer::engine {
 namespace {
@@ -218,6 +220,38 @@ void check_lossless(bool greedy_draft) {
   if (!greedy_draft) {
     EXPECT_GT(chi_square(first_if_q, p0, n), 100.0);
   }
+}
+
+// With point-mass drafts (what the engine's MTP drafting gives) every verified token is the plain
+// sampler's draw at its position, whichever step it fell in: so a stream resumed at any position (a
+// failover, its steps aligned differently) continues with exactly the uninterrupted run's tokens.
+TEST(Verify, PointMassDraftsGiveThePlainSamplersTokenAtEachPosition) {
+  const int V = 6;
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_p = 0.95f;
+  int64_t accepted = 0, rejected = 0;
+  for (uint64_t trial = 0; trial < 400; ++trial) {
+    std::vector<float> rows;
+    for (int r = 0; r < 3; ++r) {
+      const std::vector<float> row = random_logits(V, 1000 + trial * 3 + static_cast<uint64_t>(r), 1.5f);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    auto row = [&](int r) { return std::span<const float>(rows.data() + r * V, V); };
+    const TokenStream s(trial, 5);
+    const int64_t first = static_cast<int64_t>(trial % 7) + 40;
+    // Drafts: the most likely tokens, so both outcomes are common.
+    const std::vector<int32_t> drafts = {argmax(row(0)), argmax(row(1))};
+    const Verification v = verify_drafts(rows, V, drafts, {}, p, s, first);
+    ASSERT_EQ(v.tokens.size(), static_cast<size_t>(v.accepted) + 1);
+    for (size_t i = 0; i < v.tokens.size(); ++i)
+      EXPECT_EQ(v.tokens[i], sample_token(row(static_cast<int>(i)), p, s, first + static_cast<int64_t>(i)))
+          << "trial " << trial << " token " << i;
+    accepted += v.accepted;
+    rejected += v.accepted < 2 ? 1 : 0;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(rejected, 0);
 }
 
 TEST(Verify, RejectionSamplingIsLosslessWithSampledDrafts) { check_lossless(false); }

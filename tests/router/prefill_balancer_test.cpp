@@ -118,6 +118,69 @@ TEST(PrefillBalancer, CancelRemovesAQueuedJob) {
   EXPECT_EQ(ids(b.pull(1000, 1000, 3)), (std::vector<uint64_t>{2}));
 }
 
+TEST(PrefillBalancer, PullTakesAtMostMaxJobs) {
+  PrefillBalancer b;
+  for (uint64_t i = 1; i <= 4; ++i) b.enqueue(job(i, 100, static_cast<int64_t>(i)));
+  EXPECT_EQ(ids(b.pull(1000, 1000, 5, 2)), (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(ids(b.pull(1000, 1000, 5, 0)), (std::vector<uint64_t>{}));
+  EXPECT_EQ(ids(b.pull(1000, 1000, 5)), (std::vector<uint64_t>{3, 4}));
+}
+
+// Two routers over one prefill worker (max_running 8, quota 16K tokens per router). Router A has 2
+// prefills of 3000 tokens on it; the heartbeat, taken when A had 1 of them (3000 tokens), reports
+// running 4 + waiting 1 requests and 12000 prompt tokens: router B's share is 4 requests and 9000
+// tokens. A may send 8 - 2 - 4 = 2 more requests and 16384 - 6000 - 9000 = 1384 more tokens.
+TEST(PrefillRoom, CountsTheOtherRoutersShareOfTheHeartbeat) {
+  PrefillWorkerLoad w;
+  w.max_running = 8;
+  w.heartbeat_requests = 4 + 1;
+  w.heartbeat_tokens = 12000;
+  w.own_requests_at_heartbeat = 1;
+  w.own_tokens_at_heartbeat = 3000;
+  w.own_requests = 2;
+  w.own_tokens = 6000;
+  PrefillRoom r = prefill_room(w, 16384, 256);
+  EXPECT_EQ(r.requests, 2);
+  EXPECT_EQ(r.tokens, 1384);
+  EXPECT_TRUE(r.any());
+  // Router B, which had the other 4 requests (9000 tokens) when the heartbeat came, sees A's share:
+  // 1 request and 3000 tokens, plus its own.
+  PrefillWorkerLoad b = w;
+  b.own_requests_at_heartbeat = b.own_requests = 4;
+  b.own_tokens_at_heartbeat = b.own_tokens = 9000;
+  r = prefill_room(b, 16384, 256);
+  EXPECT_EQ(r.requests, 8 - 4 - 1);
+  EXPECT_EQ(r.tokens, 16384 - 9000 - 3000);
+  // The waiting request alone fills the last slot: nothing more for anyone.
+  w.heartbeat_requests = 7 + 1;
+  w.own_requests_at_heartbeat = w.own_requests = 0;
+  w.own_tokens_at_heartbeat = w.own_tokens = 0;
+  r = prefill_room(w, 16384, 256);
+  EXPECT_EQ(r.requests, 0);
+  EXPECT_FALSE(r.any());
+}
+
+TEST(PrefillRoom, AStaleHeartbeatDoesNotCountThisRoutersCallsTwice) {
+  PrefillWorkerLoad w;
+  w.max_running = 4;
+  // At the heartbeat this router had 3 requests (9000 tokens) there and nobody else; 2 of them have been
+  // answered since: 1 request, 3000 tokens are its own now, and the others' share is still 0.
+  w.heartbeat_requests = 3;
+  w.heartbeat_tokens = 9000;
+  w.own_requests_at_heartbeat = 3;
+  w.own_tokens_at_heartbeat = 9000;
+  w.own_requests = 1;
+  w.own_tokens = 3000;
+  PrefillRoom r = prefill_room(w, 16384, 256);
+  EXPECT_EQ(r.requests, 3);
+  EXPECT_EQ(r.tokens, 13384);
+  // A worker without capacity in its heartbeat: the default; one with more load than the quota: none.
+  w.max_running = 0;
+  EXPECT_EQ(prefill_room(w, 16384, 256).requests, 255);
+  w.heartbeat_tokens = 40000;
+  EXPECT_EQ(prefill_room(w, 16384, 256).tokens, 0);
+}
+
 TEST(PrefillBalancer, RejectsBadJobsAndQuotas) {
   PrefillBalancer b;
   EXPECT_THROW(b.enqueue(job(1, 100, 0, 0)), core::Error);    // nothing to compute: the last token always is

@@ -4,7 +4,9 @@
 // reached (retried on another), the cluster-full answer and the lease.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <span>
 #include <condition_variable>
 #include <future>
 #include <memory>
@@ -77,6 +79,8 @@ class FakeWorker {
   void hang_after_lines(int n) { hang_after_ = n; }
   // The decode stream ends with a "cancelled" finish line (a worker shutting down) after this many lines.
   void cancel_after_lines(int n) { cancel_after_ = n; }
+  // Prefill requests are never answered (an engine that hangs while the process heartbeats).
+  void hang_prefills() { hang_prefill_ = true; }
   std::vector<Json> requests() {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
@@ -95,6 +99,11 @@ class FakeWorker {
     const HandoffRequest hr = parse_handoff_request(ex->request().body, decode);
     std::vector<int32_t> seq = hr.prompt_ids;
     const int max_tokens = hr.max_tokens - hr.output_in_prompt;
+    if (!decode && hang_prefill_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      hung_.push_back(ex);
+      return;
+    }
     if (!decode) {
       PrefillReply reply;
       reply.first_token = next_token(seq);
@@ -138,6 +147,7 @@ class FakeWorker {
   int die_after_ = -1;
   int cancel_after_ = -1;
   int hang_after_ = -1;
+  bool hang_prefill_ = false;
   std::vector<std::shared_ptr<server::Exchange>> hung_;
   std::mutex mu_;
   std::vector<Json> requests_;
@@ -211,6 +221,47 @@ TEST(RemoteEngine, ServesThroughAPrefillAndADecodeWorker) {
   EXPECT_EQ(eng.stats().handoff_bytes_total, 1000);
 }
 
+class TextConstraint final : public engine::TokenConstraint {
+ public:
+  explicit TextConstraint(std::string source) : source_(std::move(source)) {}
+  void fill_mask(std::span<uint32_t> words) override { std::fill(words.begin(), words.end(), ~0u); }
+  bool accept(int32_t) override { return true; }
+  void rollback(int32_t) override {}
+  std::string source() const override { return source_; }
+
+ private:
+  std::string source_;
+};
+
+// Structured output crosses to both workers as the constraint's source, also after a failover; a
+// constraint without one cannot and is refused.
+TEST(RemoteEngine, TheConstraintGoesToBothWorkersAsItsSource) {
+  FakeWorker p("prefill-a", true), d1("decode-a", false), d2("decode-b", false);
+  d1.die_after_lines(2);
+  RemoteEngine eng(options());
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d1.heartbeat());
+  eng.heartbeat(d2.heartbeat());
+  Collected c;
+  engine::RequestSpec s = spec(8);
+  s.constraint = std::make_shared<TextConstraint>(R"({"kind":"regex","source":"a+","thinking":false})");
+  ASSERT_EQ(eng.submit(s, c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 8));
+  const auto pre = p.requests();
+  ASSERT_EQ(pre.size(), 2u);
+  std::vector<Json> all = pre;
+  for (const Json& j : d1.requests()) all.push_back(j);
+  for (const Json& j : d2.requests()) all.push_back(j);
+  ASSERT_EQ(all.size(), 4u);
+  for (const Json& j : all) EXPECT_EQ(j.value("constraint", ""), s.constraint->source()) << j.dump();
+  EXPECT_EQ(pre[1]["output_in_prompt"], 3);  // the worker replays them into its matcher
+
+  s.constraint = std::make_shared<TextConstraint>("");
+  EXPECT_EQ(eng.submit(s, c.callback()).status, engine::SubmitStatus::kInvalid);
+}
+
 TEST(RemoteEngine, DecodeWorkerDyingMidStreamContinuesTheSameStream) {
   FakeWorker p("prefill-a", true), d1("decode-a", false), d2("decode-b", false);
   d1.die_after_lines(3);
@@ -271,6 +322,74 @@ TEST(RemoteEngine, ClientCancelCutsTheStreamWithoutFailover) {
   EXPECT_EQ(eng.stats().failovers_total, 0);
   EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);
   EXPECT_EQ(eng.metrics().running, 0);
+}
+
+// A worker that answers heartbeats while its engine hangs: the call's progress deadline cuts it, the
+// request fails over to a healthy pair, the stream stays exact, and the worker leaves the pool.
+TEST(RemoteEngine, ADecodeStreamWithoutProgressFailsOverAtTheDeadline) {
+  FakeWorker p("prefill-a", true), d1("decode-a", false), d2("decode-b", false);
+  d1.hang_after_lines(2);
+  RemoteEngineOptions o = options();
+  o.progress_timeout = std::chrono::milliseconds(300);
+  RemoteEngine eng(o);
+  eng.heartbeat(p.heartbeat());
+  eng.heartbeat(d1.heartbeat());  // both empty: the tie goes to the first registered
+  eng.heartbeat(d2.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(10), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));
+  EXPECT_EQ(eng.stats().failovers_total, 1);
+  EXPECT_EQ(eng.stats().stalls_total, 1);
+  EXPECT_EQ(d1.requests().size(), 1u);
+  EXPECT_EQ(d2.requests().size(), 1u);
+  EXPECT_EQ(p.requests().back()["output_in_prompt"], 3);  // the first token + the 2 lines before the hang
+}
+
+TEST(RemoteEngine, APrefillWithoutAnAnswerFailsOverAtTheDeadline) {
+  FakeWorker p1("prefill-a", true), p2("prefill-b", true), d("decode-a", false);
+  p1.hang_prefills();
+  RemoteEngineOptions o = options();
+  o.progress_timeout = std::chrono::milliseconds(300);
+  RemoteEngine eng(o);
+  eng.heartbeat(p1.heartbeat());  // equal quota: the first by id pulls first
+  eng.heartbeat(p2.heartbeat());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(6), c.callback()).status, engine::SubmitStatus::kAccepted);
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 6));
+  EXPECT_EQ(eng.stats().stalls_total, 1);
+  EXPECT_EQ(p1.requests().size(), 1u);
+  EXPECT_EQ(p2.requests().size(), 1u);
+}
+
+// The prefill quota counts the heartbeat's load from other routers: a worker whose engine reports all
+// its slots taken (3 running + 1 waiting of max_running 4, none of them this router's) gets nothing until
+// a heartbeat shows room.
+TEST(RemoteEngine, APrefillWorkerFullOfOtherRoutersRequestsIsNotSentMore) {
+  FakeWorker p("prefill-a", true), d("decode-a", false);
+  RemoteEngine eng(options());
+  Json busy = Json::parse(p.heartbeat());
+  busy["load"]["running"] = 3;
+  busy["load"]["waiting"] = 1;
+  eng.heartbeat(busy.dump());
+  eng.heartbeat(d.heartbeat());
+  Collected c;
+  ASSERT_EQ(eng.submit(spec(4), c.callback()).status, engine::SubmitStatus::kAccepted);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (eng.stats().bucket_queued.at(0) == 0 && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(eng.stats().bucket_queued.at(0), 1);  // queued, and no pull can take it while the worker is full
+  EXPECT_EQ(p.requests().size(), 0u);
+  busy["load"]["waiting"] = 0;  // one slot frees
+  eng.heartbeat(busy.dump());
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 4));
+  EXPECT_EQ(p.requests().size(), 1u);
 }
 
 TEST(RemoteEngine, UnreachablePrefillWorkerIsRetriedOnAnother) {

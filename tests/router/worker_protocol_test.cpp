@@ -4,6 +4,10 @@
 // and deadline.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+#include <span>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <nlohmann/json.hpp>
@@ -38,6 +42,7 @@ HandoffRequest sample_request() {
   r.max_tokens = 12;
   r.traffic_class = "agent";
   r.output_in_prompt = 2;
+  r.constraint = R"({"kind":"regex","source":"a+","thinking":false})";
   r.decode_ucx_address = "ucx:00ff";
   r.first_token = 42;
   return r;
@@ -66,6 +71,7 @@ TEST(WorkerProtocol, HandoffRequestRoundTripsEveryField) {
     EXPECT_EQ(b.max_tokens, 12);
     EXPECT_EQ(b.traffic_class, "agent");
     EXPECT_EQ(b.output_in_prompt, 2);
+    EXPECT_EQ(b.constraint, r.constraint);
     EXPECT_EQ(b.decode_ucx_address, decode ? "" : "ucx:00ff");
     EXPECT_EQ(b.first_token, decode ? 42 : -1);
   }
@@ -107,6 +113,33 @@ TEST(WorkerProtocol, FailoverResubmitsPromptPlusGeneratedAsOutput) {
   const engine::RequestSpec worker = to_spec(parse_handoff_request(handoff_request_json(again, true), true));
   EXPECT_EQ(worker.output_in_prompt, 4);
   EXPECT_EQ(worker.prompt_ids, again.prompt_ids);
+}
+
+// A constraint that can cross processes travels as its source(), first and after a failover (the
+// worker replays the output_in_prompt tokens into the rebuilt matcher); none travels as no field.
+class SourcedConstraint final : public engine::TokenConstraint {
+ public:
+  void fill_mask(std::span<uint32_t> words) override { std::fill(words.begin(), words.end(), ~0u); }
+  bool accept(int32_t) override { return true; }
+  void rollback(int32_t) override {}
+  std::string source() const override { return R"({"kind":"json_object","source":"","thinking":true})"; }
+};
+
+TEST(WorkerProtocol, TheConstraintTravelsAsItsSource) {
+  engine::RequestSpec s;
+  s.prompt_ids = {5, 6, 7};
+  s.max_tokens = 10;
+  const HandoffRequest plain = handoff_request(s, RequestProgress{}, 1);
+  EXPECT_EQ(handoff_request_json(plain, false).find("constraint"), std::string::npos);
+  EXPECT_EQ(parse_handoff_request(handoff_request_json(plain, true), true).constraint, "");
+  s.constraint = std::make_shared<SourcedConstraint>();
+  RequestProgress p;
+  p.generated = {11, 12};
+  const HandoffRequest again = handoff_request(s, p, 2);
+  EXPECT_EQ(again.constraint, s.constraint->source());
+  const HandoffRequest read = parse_handoff_request(handoff_request_json(again, true), true);
+  EXPECT_EQ(read.constraint, s.constraint->source());
+  EXPECT_EQ(read.output_in_prompt, 2);
 }
 
 TEST(WorkerProtocol, MissingSamplingFieldsKeepTheEngineDefaults) {
@@ -246,7 +279,9 @@ TEST(WorkerProtocol, HeartbeatRoundTrips) {
   h.running = 2;
   h.waiting = 1;
   h.kv_tokens_used = 300;
+  h.prefill_tokens = 4000;
   const Heartbeat b = parse_heartbeat(heartbeat_json(h));
+  EXPECT_EQ(b.prefill_tokens, 4000);
   EXPECT_EQ(b.id, h.id);
   EXPECT_FALSE(b.prefill);
   EXPECT_EQ(b.url, h.url);

@@ -73,6 +73,17 @@ HWY_INLINE void StoreF(float* p, VFl v) { _mm512_storeu_ps(p, v); }
 HWY_INLINE VFl SetF(float v) { return _mm512_set1_ps(v); }
 HWY_INLINE VFl MulF(VFl a, VFl b) { return _mm512_mul_ps(a, b); }
 HWY_INLINE VFl MulAddF(VFl a, VFl b, VFl c) { return _mm512_fmadd_ps(a, b, c); }
+// Zero-masked forms again (the same false GCC 12 warning).
+HWY_INLINE VI LoadCorr(const int16_t* p) {  // -128·Σw2 from -Σw2
+  constexpr __mmask16 kAll = 0xFFFF;
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepi16_epi32(kAll, h), 7);
+}
+HWY_INLINE VFl LoadBf16(const uint16_t* p) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, h), 16));
+}
 #else  // AVX2
 using VI = __m256i;
 using VFl = __m256;
@@ -93,7 +104,17 @@ HWY_INLINE void StoreF(float* p, VFl v) { _mm256_storeu_ps(p, v); }
 HWY_INLINE VFl SetF(float v) { return _mm256_set1_ps(v); }
 HWY_INLINE VFl MulF(VFl a, VFl b) { return _mm256_mul_ps(a, b); }
 HWY_INLINE VFl MulAddF(VFl a, VFl b, VFl c) { return _mm256_fmadd_ps(a, b, c); }
+HWY_INLINE VI LoadCorr(const int16_t* p) {  // -128·Σw2 from -Σw2
+  return _mm256_slli_epi32(_mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7);
+}
+HWY_INLINE VFl LoadBf16(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
 #endif
+HWY_INLINE VFl LoadHalfScale(const Int8PackedWeight& w, int64_t at) {
+  return w.bf16_scales ? LoadBf16(w.half_scale_bf16.data() + at) : LoadF(w.half_scale.data() + at);
+}
 constexpr int kNV = static_cast<int>(kInt8PanelRows / kL);  // vectors per panel
 
 // The panel kernel, written once for both dot instructions. It is a macro, not a template on the dot,
@@ -120,8 +141,8 @@ constexpr int kNV = static_cast<int>(kInt8PanelRows / kL);  // vectors per panel
       VI corr[kNV];                                                                                            \
       VFl ws[kNV];                                                                                             \
       for (int v = 0; v < kNV; ++v) {                                                                          \
-        corr[v] = LoadI(w.corr.data() + at + v * kL);                                                          \
-        ws[v] = LoadF(w.half_scale.data() + at + v * kL);                                                      \
+        corr[v] = LoadCorr(w.neg_wsum.data() + at + v * kL);                                                   \
+        ws[v] = LoadHalfScale(w, at + v * kL);                                                                 \
       }                                                                                                        \
       for (int64_t m = 0; m < M; ++m) {                                                                        \
         const int8_t* qm = q + m * ldq + g * kInt8Group;                                                       \
@@ -143,15 +164,105 @@ constexpr int kNV = static_cast<int>(kInt8PanelRows / kL);  // vectors per panel
     }                                                                                                          \
   }
 
+// Rows of x up to which the tile kernel below runs (decode: the rows routed to one expert).
+constexpr int64_t kTileMaxRows = 4;
+
+// Panels per tile for MR rows of x: the MR · PG · kNV int32 dots and as many fp32 sums stay in
+// registers (32 on AVX-512, 16 on AVX2) beside one decoded vector per panel vector.
+constexpr int TilePanels(int MR) { return kNV == 1 ? (MR <= 2 ? 4 : 2) : (MR == 1 ? 2 : 1); }
+
+// The tile kernel for 1..kTileMaxRows rows of x: PG panels at once, so the 8 dependent dots of one
+// group overlap with the other PG · kNV - 1 vectors' chains, and the fp32 sums stay in registers over
+// all groups instead of a store and reload per group. Each lane runs the panel kernel's operations in
+// its order (int32 dot from the correction, then per group one product and one fused multiply-add,
+// groups ascending), so the results are bitwise the same.
+#define DSINFER_INT8_TILE_KERNEL(NAME, ATTR, DOT)                                                             \
+  template <int MR, int PG>                                                                                    \
+  ATTR void NAME(const Int8PackedWeight& w, int64_t p0, const int8_t* q, int64_t ldq, const float* xs,        \
+                 int64_t lds, int64_t block, float* y, int64_t ldy) {                                          \
+    constexpr int NV = PG * kNV;                                                                               \
+    const VI table = Table(), mask = Mask0F();                                                                 \
+    const int64_t panel_bytes = (w.cols / 8) * kInt8OctetBytes;                                                \
+    const uint8_t* panel0 = w.panel(p0);                                                                       \
+    VFl acc[MR][NV];                                                                                           \
+    for (int m = 0; m < MR; ++m)                                                                               \
+      for (int v = 0; v < NV; ++v) acc[m][v] = SetF(0.0f);                                                     \
+    for (int64_t g = 0; g < w.groups; ++g) {                                                                   \
+      VI dot[MR][NV];                                                                                          \
+      for (int v = 0; v < NV; ++v) {                                                                           \
+        const VI c = LoadCorr(w.neg_wsum.data() + ((p0 + v / kNV) * w.groups + g) * kInt8PanelRows +           \
+                              (v % kNV) * kL);                                                                 \
+        for (int m = 0; m < MR; ++m) dot[m][v] = c;                                                            \
+      }                                                                                                        \
+      _Pragma("GCC unroll 4") for (int o = 0; o < 4; ++o) {                                                    \
+        VI lo[NV], hi[NV];                                                                                     \
+        for (int v = 0; v < NV; ++v) {                                                                         \
+          const VI raw = LoadI(panel0 + (v / kNV) * panel_bytes + (g * 4 + o) * kInt8OctetBytes +              \
+                               (v % kNV) * kL * 4);                                                            \
+          lo[v] = Shuffle(table, AndI(raw, mask));                                                             \
+          hi[v] = Shuffle(table, AndI(Srl4(raw), mask));                                                       \
+        }                                                                                                      \
+        for (int m = 0; m < MR; ++m) {                                                                         \
+          uint32_t word_lo, word_hi;                                                                           \
+          std::memcpy(&word_lo, q + m * ldq + g * kInt8Group + o * 8, 4);                                      \
+          std::memcpy(&word_hi, q + m * ldq + g * kInt8Group + o * 8 + 4, 4);                                  \
+          const VI a_lo = Set32(word_lo ^ 0x80808080u); /* q + 128 as unsigned bytes */                        \
+          const VI a_hi = Set32(word_hi ^ 0x80808080u);                                                        \
+          for (int v = 0; v < NV; ++v) dot[m][v] = DOT(DOT(dot[m][v], a_lo, lo[v]), a_hi, hi[v]);              \
+        }                                                                                                      \
+      }                                                                                                        \
+      for (int m = 0; m < MR; ++m) {                                                                           \
+        const VFl x_scale = SetF(xs[m * lds + g * kInt8Group / block]);                                        \
+        for (int v = 0; v < NV; ++v) {                                                                         \
+          const VFl ws =                                                                                       \
+              LoadHalfScale(w, ((p0 + v / kNV) * w.groups + g) * kInt8PanelRows + (v % kNV) * kL);             \
+          acc[m][v] = MulAddF(Cvt(dot[m][v]), MulF(x_scale, ws), acc[m][v]);                                   \
+        }                                                                                                      \
+      }                                                                                                        \
+    }                                                                                                          \
+    for (int v = 0; v < NV; ++v) {                                                                             \
+      const int64_t r0 = (p0 + v / kNV) * kInt8PanelRows + (v % kNV) * kL;                                     \
+      const int64_t count = std::min<int64_t>(kL, w.rows - r0);                                                \
+      for (int m = 0; m < MR; ++m) {                                                                           \
+        if (count == kL) {                                                                                     \
+          StoreF(y + m * ldy + r0, acc[m][v]);                                                                 \
+        } else if (count > 0) {                                                                                \
+          alignas(64) float part[kL];                                                                          \
+          StoreF(part, acc[m][v]);                                                                             \
+          std::memcpy(y + m * ldy + r0, part, count * sizeof(float));                                          \
+        }                                                                                                      \
+      }                                                                                                        \
+    }                                                                                                          \
+  }
+
 DSINFER_INT8_PANEL_KERNEL(PanelMaddubs, , DotMaddubs)
+DSINFER_INT8_TILE_KERNEL(TileMaddubs, , DotMaddubs)
 
 #if HWY_TARGET == HWY_AVX3
 HWY_INLINE __attribute__((target(HWY_TARGET_STR ",avx512vnni"))) VI DotVnni(VI acc, VI a, VI b) {
   return _mm512_dpbusd_epi32(acc, a, b);
 }
 DSINFER_INT8_PANEL_KERNEL(PanelVnni, __attribute__((target(HWY_TARGET_STR ",avx512vnni"))), DotVnni)
+DSINFER_INT8_TILE_KERNEL(TileVnni, __attribute__((target(HWY_TARGET_STR ",avx512vnni"))), DotVnni)
 #endif
 #undef DSINFER_INT8_PANEL_KERNEL
+#undef DSINFER_INT8_TILE_KERNEL
+
+// Panels [p, p_end) for MR rows of x in tiles of TilePanels(MR) panels, the remainder one by one.
+template <int MR>
+void TileRange(const Int8PackedWeight& w, int64_t p, int64_t p_end, const int8_t* q, int64_t ldq, const float* xs,
+               int64_t lds, int64_t block, float* y, int64_t ldy, [[maybe_unused]] bool vnni) {
+  constexpr int PG = TilePanels(MR);
+#if HWY_TARGET == HWY_AVX3
+  if (vnni) {
+    for (; p + PG <= p_end; p += PG) TileVnni<MR, PG>(w, p, q, ldq, xs, lds, block, y, ldy);
+    for (; p < p_end; ++p) TileVnni<MR, 1>(w, p, q, ldq, xs, lds, block, y, ldy);
+    return;
+  }
+#endif
+  for (; p + PG <= p_end; p += PG) TileMaddubs<MR, PG>(w, p, q, ldq, xs, lds, block, y, ldy);
+  for (; p < p_end; ++p) TileMaddubs<MR, 1>(w, p, q, ldq, xs, lds, block, y, ldy);
+}
 
 #else
 // The oracle's loop on the packed layout.
@@ -170,7 +281,7 @@ void PanelScalar(const Int8PackedWeight& w, int64_t p, const int8_t* q, int64_t 
           dot += static_cast<int32_t>(q[m * ldq + g * kInt8Group + kk]) * kInt8E2M1x2[code];
         }
         const int64_t at = (p * w.groups + g) * kInt8PanelRows + r;
-        const float c = xs[m * lds + g * kInt8Group / block] * w.half_scale[at];
+        const float c = xs[m * lds + g * kInt8Group / block] * w.half_scale_at(at);
         sum = std::fma(static_cast<float>(dot), c, sum);
       }
       acc[m * kInt8PanelRows + r] = sum;
@@ -181,8 +292,19 @@ void PanelScalar(const Int8PackedWeight& w, int64_t p, const int8_t* q, int64_t 
 
 void Int8PackedForward(const Int8PackedWeight& w, const int8_t* q, int64_t ldq, const float* xs, int64_t lds,
                        int64_t M, int64_t block, float* y, int64_t ldy, int64_t p_begin, int64_t p_end, float* acc) {
-#if defined(DSINFER_INT8_SIMD) && HWY_TARGET == HWY_AVX3
+#if defined(DSINFER_INT8_SIMD)
+#if HWY_TARGET == HWY_AVX3
   const bool vnni = int8_vnni_allowed();
+#else
+  const bool vnni = false;
+#endif
+  switch (M) {
+    case 1: TileRange<1>(w, p_begin, p_end, q, ldq, xs, lds, block, y, ldy, vnni); return;
+    case 2: TileRange<2>(w, p_begin, p_end, q, ldq, xs, lds, block, y, ldy, vnni); return;
+    case 3: TileRange<3>(w, p_begin, p_end, q, ldq, xs, lds, block, y, ldy, vnni); return;
+    case 4: TileRange<4>(w, p_begin, p_end, q, ldq, xs, lds, block, y, ldy, vnni); return;
+    default: static_assert(kTileMaxRows == 4); break;
+  }
 #endif
   for (int64_t p = p_begin; p < p_end; ++p) {
 #if defined(DSINFER_INT8_SIMD)

@@ -230,14 +230,14 @@ TEST(Fp4Int8Linear, DecodeTilesEqualTheOracleAndTheRowAloneBitwise) {
   EXPECT_GT(checked, 0);
 }
 
-// What a product streams: the nibbles plus, per row and 32-column group, a 2-byte weight sum and a
-// 2-byte (bf16, exact for E8M0 scales) or 4-byte (f32 scales) half scale.
-TEST(Fp4Int8Linear, BytesPerGroupAreTheNibblesPlusFourForE8M0Scales) {
+// What a product streams: the nibbles plus, per row and 32-column group, a 2-byte (bf16, exact for
+// E8M0 scales) or 4-byte (f32 scales) half scale; no per-row correction terms.
+TEST(Fp4Int8Linear, BytesPerGroupAreTheNibblesPlusABf16ScaleForE8M0Scales) {
   constexpr int64_t rows = 37, cols = 288, panel_rows = 48, groups = cols / 32;
   const Fp4Int8Linear e8m0(make_fp4(rows, cols, 3u, false).view);
   const Fp4Int8Linear f32(make_fp4(rows, cols, 3u, true).view);
-  EXPECT_EQ(e8m0.bytes(), panel_rows * cols / 2 + panel_rows * groups * (2 + 2));
-  EXPECT_EQ(f32.bytes(), panel_rows * cols / 2 + panel_rows * groups * (2 + 4));
+  EXPECT_EQ(e8m0.bytes(), panel_rows * cols / 2 + panel_rows * groups * 2);
+  EXPECT_EQ(f32.bytes(), panel_rows * cols / 2 + panel_rows * groups * 4);
 }
 
 // A pool of many more threads than cores (sized for a 64+ core server): the panels split into more

@@ -130,7 +130,6 @@ Fp4Int8Linear::Fp4Int8Linear(const WeightView& w) {
   p->groups = w.cols / kInt8Group;
   const int64_t octets = w.cols / 8;
   p->nibbles.assign(p->panels * octets * kInt8OctetBytes, 0);
-  p->neg_wsum.assign(p->panels * p->groups * kInt8PanelRows, 0);
   std::vector<float> half_scale(p->panels * p->groups * kInt8PanelRows, 0.0f);
   for (int64_t n = 0; n < w.rows; ++n) {
     const int64_t pn = n / kInt8PanelRows, r = n % kInt8PanelRows;
@@ -142,10 +141,7 @@ Fp4Int8Linear::Fp4Int8Linear(const WeightView& w) {
       }
     }
     for (int64_t g = 0; g < p->groups; ++g) {
-      int32_t sum = 0;
-      for (int64_t k = g * kInt8Group; k < (g + 1) * kInt8Group; ++k) sum += kE2M1x2[fp4_code(w, n, k)];
       const int64_t at = (pn * p->groups + g) * kInt8PanelRows + r;
-      p->neg_wsum[at] = static_cast<int16_t>(-sum);
       half_scale[at] = fp4_scale(w, n, g) * 0.5f;
     }
   }
@@ -166,8 +162,8 @@ int64_t Fp4Int8Linear::cols() const { return packed_ ? packed_->cols : 0; }
 
 int64_t Fp4Int8Linear::bytes() const {
   if (!packed_) return 0;
-  return static_cast<int64_t>(packed_->nibbles.size() + packed_->neg_wsum.size() * 2 +
-                              packed_->half_scale_bf16.size() * 2 + packed_->half_scale.size() * 4);
+  return static_cast<int64_t>(packed_->nibbles.size() + packed_->half_scale_bf16.size() * 2 +
+                              packed_->half_scale.size() * 4);
 }
 
 void Fp4Int8Linear::forward_quantized(const int8_t* q, int64_t ldq, const float* xs, int64_t lds, int64_t M,

@@ -101,7 +101,7 @@ int run_bench(int argc, char** argv) {
             "bandwidth and FMA peak, the decode roofline (weight bytes touched per token / bandwidth) and\n"
             "the fraction of it reached. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
             "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.");
-  add_model_flags(args);
+  add_model_flags(args, NumericsDefault::kFast);
   args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens)", "512");
   args.option("decode-tokens", "N", "timed decode steps (greedy, one token each) after the prefill", "64");
   args.option("warmup", "N", "untimed decode steps before the timed ones", "4");

@@ -12,7 +12,8 @@ namespace {
 
 // The --numerics line of the command's help, up to and including its "(default: ...)".
 std::string numerics_default(const std::string& command) {
-  const test_paths::CommandResult r = test_paths::run_command(std::string(DSINFER_BIN) + " " + command + " --help 2>&1");
+  const test_paths::CommandResult r =
+      test_paths::run_command(std::string(DSINFER_BIN) + " " + command + " --help 2>&1");
   EXPECT_EQ(r.status, 0) << command << ":\n" << r.out;
   const size_t at = r.out.find("--numerics");
   if (at == std::string::npos) return "no --numerics in the help of " + command;

@@ -7,6 +7,9 @@
 //   bench_linear                                  all
 //   bench_linear --benchmark_filter='M:1/'        decode only
 //   DSINFER_THREADS=1 bench_linear ...            one thread
+//   bench_linear --benchmark_filter=int8          the FP4 experts' int8 product (--numerics fast), on
+//                                                 activations already quantized (the model quantizes
+//                                                 an expert's rows once for w1 and w3)
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -17,6 +20,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/machine_limits.h"
 #include "kernels/cpu/targets.h"
 
@@ -134,6 +138,36 @@ void run_linear(benchmark::State& state, const Shape& s, int64_t M) {
                  std::to_string(pool->size()));
 }
 
+// The --numerics fast product of an FP4 weight (Fp4Int8Linear::forward_quantized, block 128).
+void run_int8(benchmark::State& state, const Shape& s, int64_t M) {
+  constexpr int64_t kBlock = 128;
+  const auto src = make_source(s);
+  const int64_t one = weight_bytes(src->view);
+  const int64_t copies = std::max<int64_t>(1, ((int64_t{256} << 20) + one - 1) / one);
+  std::vector<Fp4Int8Linear> lins;
+  lins.reserve(copies);
+  for (int64_t c = 0; c < copies; ++c) lins.emplace_back(src->view);
+  const int64_t blocks = int8_block_count(s.cols, kBlock);
+  std::vector<float> x(M * s.cols), y(M * s.rows), xs(M * blocks);
+  for (int64_t i = 0; i < M * s.cols; ++i) x[i] = 0.01f * static_cast<float>((i * 37) % 101 - 50);
+  std::vector<int8_t> q(M * s.cols);
+  quantize_int8_blocks(x.data(), M, s.cols, s.cols, kBlock, q.data(), s.cols, xs.data(), blocks);
+  core::ThreadPool* pool = &core::ThreadPool::global();
+  int64_t i = 0;
+  for (auto _ : state) {
+    lins[i].forward_quantized(q.data(), s.cols, xs.data(), blocks, M, kBlock, y.data(), s.rows, pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    if (++i == copies) i = 0;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(lins[0].bytes());
+  state.counters["GB/s"] = benchmark::Counter(bytes * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["of_bw"] = benchmark::Counter(bytes * iters / 1e9 / limits().bandwidth.gb_per_s,
+                                               benchmark::Counter::kIsRate);
+  state.SetLabel(std::string("FP4 x int8 ") + current_target_name() + " threads=" + std::to_string(pool->size()));
+}
+
 }  // namespace
 }  // namespace dsinfer::kernels
 
@@ -151,6 +185,15 @@ int main(int argc, char** argv) {
       const std::string name = std::string(s.name) + "/" + std::to_string(s.rows) + "x" + std::to_string(s.cols) +
                                "/M:" + std::to_string(M) + "/";
       benchmark::RegisterBenchmark(name.c_str(), [s, M](benchmark::State& st) { run_linear(st, s, M); })
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime()
+          ->MinTime(0.3);
+    }
+    if (s.format != WeightFormat::kFP4) continue;
+    for (int64_t M : {1, 2, 3, 4, 8, 16}) {
+      const std::string name = std::string(s.name) + ".int8/" + std::to_string(s.rows) + "x" +
+                               std::to_string(s.cols) + "/M:" + std::to_string(M) + "/";
+      benchmark::RegisterBenchmark(name.c_str(), [s, M](benchmark::State& st) { run_int8(st, s, M); })
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime()
           ->MinTime(0.3);

@@ -131,7 +131,7 @@ int run_bench(int argc, char** argv) {
             "the fraction of it reached. A V4.1 checkpoint runs through its engine adapter and also reports the bytes\n"
             "its forward reads (FP8 weights decoded to BF16) and the Engram table rows. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
             "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.");
-  add_model_flags(args);
+  add_model_flags(args, NumericsDefault::kFast);
   args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens)", "512");
   args.option("decode-tokens", "N", "timed decode steps (greedy, one token each) after the prefill", "64");
   args.option("warmup", "N", "untimed decode steps before the timed ones", "4");

@@ -141,7 +141,7 @@ int run_bench_serve(int argc, char** argv) {
             "Serving-engine benchmarks on a checkpoint: prefill throughput per core vs batch size, decode speed "
             "and throughput vs concurrency, TTFT with and without a cached prefix over a multi-turn trace, "
             "overlap scheduling and speculation. Table on stdout, CSV + PNG in --out.");
-  add_model_flags(args);
+  add_model_flags(args, NumericsDefault::kFast);
   args.option("out", "DIR", "where CSV files and plots go", "bench-serve-out");
   args.option("prefill-len", "N", "prompt length of the prefill runs", "512");
   args.option("prefill-batches", "LIST", "batch sizes of the prefill curve", "1,2,4,8");

@@ -38,7 +38,7 @@ int run_generate(int argc, char** argv) {
             "Generate tokens through the serving engine (DeepSeek-V4 or V4.1 checkpoints): one prompt (--prompt-ids, "
             "ids printed as they come) or many (--prompts FILE.jsonl, one JSON result per input line, in input "
             "order).");
-  add_model_flags(args);
+  add_model_flags(args, NumericsDefault::kFast);
   args.option("prompt-ids", "IDS", "comma-separated prompt token ids (one prompt)");
   args.option("prompts", "FILE",
               "JSONL, one request per line: prompt_ids or prompt (text, needs DIR/tokenizer.json), max_tokens, "

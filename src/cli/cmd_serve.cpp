@@ -56,8 +56,9 @@ int run_serve(int argc, char** argv) {
             "Anthropic Messages, streaming (SSE) and not. Without --model it serves the embedded tiny model,\n"
             "generated on first use under ${DSINFER_HOME:-$HOME/.cache/dsinfer}/models/. Stops cleanly on\n"
             "SIGINT/SIGTERM (a second signal cancels what is still running).");
-  add_model_flags(args, "checkpoint directory (config.json, *.safetensors, tokenizer.json; default: the embedded tiny "
-                        "model)");
+  add_model_flags(args, NumericsDefault::kFast,
+                  "checkpoint directory (config.json, *.safetensors, tokenizer.json; default: the embedded tiny "
+                  "model)");
   add_api_server_flags(args,
                        "require this key on /v1/* as 'Authorization: Bearer KEY' or 'x-api-key: KEY' (also from "
                        "$DSINFER_API_KEY)");

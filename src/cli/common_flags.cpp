@@ -10,13 +10,14 @@
 
 namespace dsinfer::cli {
 
-void add_model_flags(Args& args, const std::string& model_help) {
+void add_model_flags(Args& args, NumericsDefault numerics_default, const std::string& model_help) {
   args.option("model", "DIR", model_help);
   args.option("numerics", "MODE",
               "exact (fp32 activations), reference (activation FP8 QDQ, bf16 storage) or fast (int8 activations x "
-              "FP4 routed experts as integer dots, and bf16 dot products for the BF16 head on AVX-512 BF16; not "
-              "yet the default: its fidelity is still being measured)",
-              "exact");
+              "FP4 routed experts as integer dots, and bf16 dot products for the BF16 head on AVX-512 BF16; no "
+              "further from the plain fp32 numerics than the official numerics are, README 'Numerics'). Every "
+              "mode is deterministic and batch invariant",
+              numerics_default == NumericsDefault::kFast ? "fast" : "exact");
   args.flag("no-kv-qdq", "turn off the KV FP8 and indexer FP4 QDQ (diagnostic)");
   args.option("threads", "N", "compute threads of the model (0: $DSINFER_THREADS or every core)", "0");
 }

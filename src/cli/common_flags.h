@@ -35,7 +35,11 @@ struct ModelFlags {
   int threads = 0;                  // 0: $DSINFER_THREADS or every core
 };
 
-void add_model_flags(Args& args, const std::string& model_help = "checkpoint directory (config.json + safetensors)");
+// --numerics defaults to fast for the serving commands (serve, generate, bench, bench-serve) and to exact
+// for the verification tools (logits, bench-forward).
+enum class NumericsDefault { kExact, kFast };
+void add_model_flags(Args& args, NumericsDefault numerics_default = NumericsDefault::kExact,
+                     const std::string& model_help = "checkpoint directory (config.json + safetensors)");
 // `required`: --model must be given (serve has a default model instead).
 ModelFlags read_model_flags(const Args& args, bool required = true);
 

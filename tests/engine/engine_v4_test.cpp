@@ -179,6 +179,48 @@ TEST_F(EngineV4, OutputsDoNotDependOnTheBatch) {
   }
 }
 
+// The serving default (--numerics fast, int8 expert products): the same requests alone, mixed under
+// different budgets, and repeated so that they resume from the prefix cache give the same tokens.
+TEST_F(EngineV4, FastNumericsOutputsDoNotDependOnTheBatchOrTheCache) {
+  V4RunnerOptions ro;
+  ro.model.numerics.mode = v4::NumericsMode::kFast;
+  const std::shared_ptr<ModelRunner> fast = open_model(checkpoint_->dir(), ro);
+  EXPECT_EQ(checkpoint_identity(checkpoint_->dir()) + "; numerics fast", fast->info().identity);
+  std::mt19937 rng(5);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 6; ++i) {
+    specs.push_back(spec(prompt(rng, 1 + static_cast<int>(rng() % 300)), 6 + static_cast<int>(rng() % 6),
+                         i % 2 ? 0.9f : 0.0f, 20 + i));
+  }
+  std::vector<Outcome> alone;
+  {
+    EngineOptions o;
+    o.max_running = 1;
+    o.prefix_cache = false;
+    auto engine = make_engine(fast, o);
+    for (const auto& s : specs) {
+      auto r = run_all(*engine, {s});
+      ASSERT_EQ(r.size(), 1u);
+      alone.push_back(r[0]);
+    }
+  }
+  for (int32_t budget : {64, 1024}) {
+    EngineOptions o;
+    o.max_batch_tokens = budget;
+    auto engine = make_engine(fast, o);
+    for (const char* pass : {"cold", "from the cache"}) {
+      std::vector<size_t> order(specs.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      auto out = run_all(*engine, specs, order);
+      ASSERT_EQ(out.size(), specs.size());
+      for (size_t i = 0; i < specs.size(); ++i) {
+        EXPECT_EQ(out[i].tokens, alone[i].tokens) << "budget " << budget << " " << pass << " request " << i;
+      }
+    }
+  }
+}
+
 TEST_F(EngineV4, RepeatedPromptResumesBitwiseFromTheCache) {
   std::mt19937 rng(3);
   EngineOptions o;

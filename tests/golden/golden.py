@@ -18,6 +18,13 @@
       a correct rounding of its own values, and the logits are compared (strict bounds by default).
   golden.py short    --dsinfer BIN --work DIR [--lengths 1,2,3,...]
       prompts shorter than a compression group / window (fresh compressor state): one-pass and MTP.
+  golden.py fidelity --dsinfer BIN --work DIR [--no-kv-qdq] [--model DIR --tokens N --seed S]
+      the fidelity of `dsinfer logits --numerics fast`: its distance to the reference's plain run
+      (reference/run.py --numerics plain, float32) next to the official numerics' own distance (the
+      reference with its activation quantization, --numerics reference, against the same plain run):
+      median row relative error, mean KL(plain || candidate), top-1 agreement. Fails unless fast is no
+      further on each of the three: the bound is the official numerics' distance, measured in the run.
+      Uses the setup's model and prompt, or --model with a prompt of --tokens ids from --seed (MEDIUM).
   golden.py selftest --dsinfer BIN --config CFG --seed S --work DIR
       the reference's own whole-model checks (reference/tests/model_props_check.py) on a mkmodel checkpoint.
 
@@ -293,6 +300,62 @@ def cmd_short(args):
     return 0 if ok else 1
 
 
+def fidelity_stats(a, b):
+    """Median row relative error, mean KL(softmax(b) || softmax(a)) in nats, top-1 agreement; b the plain run."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    rel = np.linalg.norm(a64 - b64, axis=1) / np.maximum(np.linalg.norm(b64, axis=1), np.finfo(np.float64).tiny)
+
+    def log_softmax(x):
+        z = x - x.max(axis=1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    la, lb = log_softmax(a64), log_softmax(b64)
+    kl = (np.exp(lb) * (lb - la)).sum(axis=1)
+    return {"median_rel": float(np.median(rel)), "mean_kl": float(kl.mean()),
+            "top1": float((a64.argmax(axis=1) == b64.argmax(axis=1)).mean())}
+
+
+def cmd_fidelity(args):
+    if args.model:
+        os.makedirs(args.work, exist_ok=True)
+        import json
+        with open(os.path.join(args.model, "config.json")) as f:
+            vocab = json.load(f)["vocab_size"]
+        model, ids = args.model, prompt_ids(args.seed, args.tokens, vocab)
+    else:
+        model, ids = os.path.join(args.work, "model"), read_ids(args.work)
+    tag = "_noqdq" if args.no_kv_qdq else ""
+    qdq = ["--no-kv-qdq"] if args.no_kv_qdq else []
+    ids_file = os.path.join(args.work, "fidelity_ids.txt")
+    with open(ids_file, "w") as f:
+        f.write(",".join(map(str, ids)))
+    outs = {}
+    for numerics in ("plain", "reference"):
+        outs[numerics] = os.path.join(args.work, f"fidelity_ref_{numerics}{tag}.npy")
+        run([PYTHON, os.path.join(REFERENCE, "run.py"), "--model", model, "--prompt-ids", "@" + ids_file,
+             "--out", outs[numerics], "--dtype", "float32", "--numerics", numerics] + qdq,
+            f"reference ({numerics} numerics, float32)")
+    outs["fast"] = os.path.join(args.work, f"fidelity_dsinfer_fast{tag}.npy")
+    run([args.dsinfer, "logits", "--model", model, "--prompt-ids", "@" + ids_file, "--out", outs["fast"],
+         "--numerics", "fast"] + qdq, "dsinfer logits --numerics fast")
+    plain = np.load(outs["plain"])
+    fast, official = fidelity_stats(np.load(outs["fast"]), plain), fidelity_stats(np.load(outs["reference"]), plain)
+    for label, st in (("dsinfer fast", fast), ("official (reference numerics)", official)):
+        print(f"[fidelity] {label} vs reference plain fp32, {plain.shape[0]} rows: median row rel err "
+              f"{st['median_rel']:.4f}  mean KL {st['mean_kl']:.4f}  top-1 {st['top1']:.4f}")
+    bad = []
+    if not np.isfinite(np.load(outs["fast"])).all():
+        bad.append("non-finite fast logits")
+    if not fast["median_rel"] <= official["median_rel"]:
+        bad.append(f"median rel err {fast['median_rel']:.4f} > the official numerics' {official['median_rel']:.4f}")
+    if not fast["mean_kl"] <= official["mean_kl"]:
+        bad.append(f"mean KL {fast['mean_kl']:.4f} > the official numerics' {official['mean_kl']:.4f}")
+    if not fast["top1"] >= official["top1"]:
+        bad.append(f"top-1 agreement {fast['top1']:.4f} < the official numerics' {official['top1']:.4f}")
+    print("[fidelity] " + ("FAIL: " + "; ".join(bad) if bad else "PASS"), flush=True)
+    return 1 if bad else 0
+
+
 def cmd_selftest(args):
     os.makedirs(args.work, exist_ok=True)
     model = os.path.join(args.work, "model")
@@ -305,7 +368,7 @@ def cmd_selftest(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("setup", "compare", "teacher", "short", "selftest"):
+    for name in ("setup", "compare", "teacher", "short", "fidelity", "selftest"):
         p = sub.add_parser(name)
         p.add_argument("--dsinfer", required=True)
         p.add_argument("--work", required=True)
@@ -314,8 +377,12 @@ def main():
             p.add_argument("--seed", type=int, required=True)
         if name == "setup":
             p.add_argument("--tokens", type=int, required=True)
-        if name in ("setup", "compare", "short"):
+        if name in ("setup", "compare", "short", "fidelity"):
             p.add_argument("--no-kv-qdq", action="store_true")
+        if name == "fidelity":
+            p.add_argument("--model", help="a checkpoint instead of the setup's (with --tokens and --seed)")
+            p.add_argument("--tokens", type=int, default=96)
+            p.add_argument("--seed", type=int, default=1)
         if name in ("compare", "teacher", "short"):
             p.add_argument("--max-median-rel", type=float, default=1e-4)
             p.add_argument("--max-rel", type=float)
@@ -338,7 +405,8 @@ def main():
         if name == "short":
             p.add_argument("--lengths", default="1,2,3,4,5,8,33")
     args = ap.parse_args()
-    return {"setup": cmd_setup, "compare": cmd_compare, "teacher": cmd_teacher, "short": cmd_short, "selftest": cmd_selftest}[args.cmd](args) or 0
+    return {"setup": cmd_setup, "compare": cmd_compare, "teacher": cmd_teacher, "short": cmd_short,
+            "fidelity": cmd_fidelity, "selftest": cmd_selftest}[args.cmd](args) or 0
 
 
 if __name__ == "__main__":

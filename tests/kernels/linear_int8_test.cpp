@@ -6,11 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -186,6 +188,78 @@ TEST(Fp4Int8Linear, EveryTargetAndDotPathEqualsTheOracleBitwise) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+// 1..4 rows of x (an expert's rows in a decode step) run a kernel of their own that computes several
+// panels at once: 10 panels (the last partial) give whole tiles and a remainder for every tile width,
+// each target and dot path against the oracle, and every row equal to the row computed alone.
+TEST(Fp4Int8Linear, DecodeTilesEqualTheOracleAndTheRowAloneBitwise) {
+  constexpr int64_t rows = 16 * 9 + 5, cols = 320, block = 128;
+  const Fp4Weight w = make_fp4(rows, cols, 23u, false);
+  const Fp4Int8Linear lin(w.view);
+  core::ThreadPool pool(3);
+  int64_t checked = 0;
+  for (int64_t M = 1; M <= 4; ++M) {
+    const int64_t ldx = cols + 1, ldy = rows + 3;
+    const std::vector<float> x = make_scaled_x(M, ldx, static_cast<uint32_t>(40 + M));
+    const Quantized qx = quantize(x, M, ldx, cols, block);
+    std::vector<float> want(M * ldy, 0.0f);
+    fp4_int8_reference(w.view, qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, want.data(), ldy);
+    for (const SimdTarget& target : available_targets()) {
+      ScopedTarget scope(target);
+      for (const bool vnni : {true, false}) {
+        detail::set_int8_vnni_allowed(vnni);
+        const std::string what = target.name + (vnni ? " vnni" : " maddubs") + " M=" + std::to_string(M);
+        for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> got(M * ldy, 0.0f);
+          lin.forward_quantized(qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, got.data(), ldy, p);
+          expect_bitwise_equal(got, want, what + (p ? " pool" : ""));
+          ++checked;
+        }
+        for (int64_t m = 0; m < M; ++m) {
+          std::vector<float> one(ldy, 0.0f);
+          lin.forward_quantized(qx.q.data() + m * qx.ldq, qx.ldq, qx.xs.data() + m * qx.lds, qx.lds, 1, block,
+                                one.data(), ldy, nullptr);
+          expect_bitwise_equal(one, std::vector<float>(want.begin() + m * ldy, want.begin() + (m + 1) * ldy),
+                               what + " row " + std::to_string(m) + " alone");
+        }
+      }
+      detail::set_int8_vnni_allowed(true);
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// What a product streams: the nibbles plus, per row and 32-column group, a 2-byte (bf16, exact for
+// E8M0 scales) or 4-byte (f32 scales) half scale; no per-row correction terms.
+TEST(Fp4Int8Linear, BytesPerGroupAreTheNibblesPlusABf16ScaleForE8M0Scales) {
+  constexpr int64_t rows = 37, cols = 288, panel_rows = 48, groups = cols / 32;
+  const Fp4Int8Linear e8m0(make_fp4(rows, cols, 3u, false).view);
+  const Fp4Int8Linear f32(make_fp4(rows, cols, 3u, true).view);
+  EXPECT_EQ(e8m0.bytes(), panel_rows * cols / 2 + panel_rows * groups * 2);
+  EXPECT_EQ(f32.bytes(), panel_rows * cols / 2 + panel_rows * groups * 4);
+}
+
+// A pool of many more threads than cores (sized for a 64+ core server): the panels split into more
+// tasks than the machine runs at once; every target's result stays bitwise the calling thread's alone.
+TEST(Fp4Int8Linear, MoreThreadsThanCoresGiveBitwiseTheSameResult) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  core::ThreadPool pool(std::clamp(4 * cores, 64, 256));
+  ASSERT_GT(pool.size(), cores);
+  constexpr int64_t rows = 16 * 40 + 3, cols = 256, block = 128;
+  const Fp4Weight w = make_fp4(rows, cols, 31u, false);
+  const Fp4Int8Linear lin(w.view);
+  for (const SimdTarget& target : available_targets()) {
+    ScopedTarget scope(target);
+    for (const int64_t M : {int64_t{1}, int64_t{3}, int64_t{16}}) {
+      const std::vector<float> x = make_scaled_x(M, cols, static_cast<uint32_t>(60 + M));
+      std::vector<float> alone(M * rows), many(M * rows);
+      lin.forward(x.data(), M, cols, block, alone.data(), rows, nullptr);
+      lin.forward(x.data(), M, cols, block, many.data(), rows, &pool);
+      expect_bitwise_equal(many, alone, target.name + " M=" + std::to_string(M) + " threads=" +
+                                            std::to_string(pool.size()));
+    }
+  }
 }
 
 TEST(Fp4Int8Linear, BatchInvariantBitForBit) {

@@ -4,6 +4,7 @@
 #include "kernels/cpu/linear_int8.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -20,6 +21,10 @@ using detail::kInt8OctetBytes;
 using detail::kInt8PanelRows;
 
 struct Fp4Int8Linear::Packed : Int8PackedWeight {};
+
+float Int8PackedWeight::half_scale_at(int64_t at) const {
+  return bf16_scales ? std::bit_cast<float>(uint32_t{half_scale_bf16[at]} << 16) : half_scale[at];
+}
 
 namespace {
 
@@ -125,8 +130,7 @@ Fp4Int8Linear::Fp4Int8Linear(const WeightView& w) {
   p->groups = w.cols / kInt8Group;
   const int64_t octets = w.cols / 8;
   p->nibbles.assign(p->panels * octets * kInt8OctetBytes, 0);
-  p->corr.assign(p->panels * p->groups * kInt8PanelRows, 0);
-  p->half_scale.assign(p->panels * p->groups * kInt8PanelRows, 0.0f);
+  std::vector<float> half_scale(p->panels * p->groups * kInt8PanelRows, 0.0f);
   for (int64_t n = 0; n < w.rows; ++n) {
     const int64_t pn = n / kInt8PanelRows, r = n % kInt8PanelRows;
     uint8_t* panel = p->nibbles.data() + pn * octets * kInt8OctetBytes;
@@ -137,12 +141,18 @@ Fp4Int8Linear::Fp4Int8Linear(const WeightView& w) {
       }
     }
     for (int64_t g = 0; g < p->groups; ++g) {
-      int32_t sum = 0;
-      for (int64_t k = g * kInt8Group; k < (g + 1) * kInt8Group; ++k) sum += kE2M1x2[fp4_code(w, n, k)];
       const int64_t at = (pn * p->groups + g) * kInt8PanelRows + r;
-      p->corr[at] = -128 * sum;
-      p->half_scale[at] = fp4_scale(w, n, g) * 0.5f;
+      half_scale[at] = fp4_scale(w, n, g) * 0.5f;
     }
+  }
+  p->bf16_scales = std::all_of(half_scale.begin(), half_scale.end(),
+                               [](float s) { return (std::bit_cast<uint32_t>(s) & 0xFFFFu) == 0; });
+  if (p->bf16_scales) {
+    p->half_scale_bf16.resize(half_scale.size());
+    for (size_t i = 0; i < half_scale.size(); ++i)
+      p->half_scale_bf16[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(half_scale[i]) >> 16);
+  } else {
+    p->half_scale = std::move(half_scale);
   }
   packed_ = std::move(p);
 }
@@ -152,7 +162,8 @@ int64_t Fp4Int8Linear::cols() const { return packed_ ? packed_->cols : 0; }
 
 int64_t Fp4Int8Linear::bytes() const {
   if (!packed_) return 0;
-  return static_cast<int64_t>(packed_->nibbles.size() + packed_->corr.size() * 4 + packed_->half_scale.size() * 4);
+  return static_cast<int64_t>(packed_->nibbles.size() + packed_->half_scale_bf16.size() * 2 +
+                              packed_->half_scale.size() * 4);
 }
 
 void Fp4Int8Linear::forward_quantized(const int8_t* q, int64_t ldq, const float* xs, int64_t lds, int64_t M,

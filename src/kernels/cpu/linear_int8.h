@@ -12,7 +12,7 @@
 // the subnormal range) and q, xs from quantize_int8_blocks. Every SIMD target gives bitwise the result of
 // the scalar oracle fp4_int8_reference, and an output depends on no other row of x (batch invariant).
 // The integer dots run on AVX-512 VNNI (vpdpbusd) where the CPU has it, else on maddubs (AVX-512 BW,
-// AVX2: a pair sum is at most 2·255·12, so the i16 saturation never triggers); other targets run the
+// AVX2: a pair sum is at most 2·24·127, so the i16 saturation never triggers); other targets run the
 // oracle's loop (std::fma, slow without an FMA unit; they are fallbacks only).
 #pragma once
 
@@ -47,7 +47,7 @@ class Fp4Int8Linear {
   int64_t rows() const;
   int64_t cols() const;
   bool empty() const { return packed_ == nullptr; }
-  int64_t bytes() const;  // repacked nibbles, scales and per-group corrections
+  int64_t bytes() const;  // repacked nibbles and scales
 
   // y[m*ldy + n] for m < M, n < rows(), from activations already quantized with `block` (a positive
   // multiple of 32). pool == nullptr: the calling thread only.

@@ -5,8 +5,11 @@
 // of (row r, k 8o + j) in its low nibble and of (row r, k 8o + 4 + j) in its high nibble. A vector of
 // L int32 lanes (L = 4, 8, 16) loaded from byte 4·L·v is rows L·v .. L·v + L - 1 with four consecutive k
 // per lane, the operand layout of vpdpbusd / pmaddubsw + pmaddwd, once a byte shuffle has turned each
-// nibble into 2·e2m1. Per panel and 32-column group: 16 int32 corrections -128 · Σ_k w2[r][k] (the
-// kernels feed q + 128 as the unsigned operand) and 16 f32 half scales ws / 2. Padding rows are zero.
+// nibble into 2·e2m1 + 12 (unsigned; the kernels subtract 12·Σq per row of x and group). Per panel and
+// 32-column group: 16 half scales ws / 2, as bf16 when every half scale of the weight is a bf16 exactly
+// (E8M0 scales always are), else f32. Padding rows are zero. So a product streams 4.5 bits per weight
+// (was 6: int32 corrections -128·Σw2 and f32 half scales per row and group), which is what bounds it at
+// 1..4 rows of x (a decode step's expert products), not the integer dots.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +26,12 @@ struct Int8PackedWeight {
   int64_t cols = 0;
   int64_t panels = 0;
   int64_t groups = 0;  // cols / 32
-  std::vector<uint8_t> nibbles;   // [panels][cols / 8][64]
-  std::vector<int32_t> corr;      // [panels][groups][16]
-  std::vector<float> half_scale;  // [panels][groups][16]
+  std::vector<uint8_t> nibbles;            // [panels][cols / 8][64]
+  bool bf16_scales = false;                // which of the two below holds the half scales
+  std::vector<uint16_t> half_scale_bf16;   // [panels][groups][16] when bf16_scales
+  std::vector<float> half_scale;           // [panels][groups][16] otherwise
+
+  float half_scale_at(int64_t at) const;
 
   const uint8_t* panel(int64_t p) const { return nibbles.data() + p * (cols / 8) * kInt8OctetBytes; }
 };

@@ -1,6 +1,7 @@
 // The forward pass with many more threads than cores (a pool sized for a 64+ core server): every
 // product, attention and MoE region splits into more tasks than the machine runs at once, and the
-// logits must still be bitwise those of one thread, for a batch of sequences at different positions.
+// logits must still be bitwise those of one thread, for a batch of sequences at different positions,
+// in the exact numerics and in the fast ones (int8 expert products, the default of the serving commands).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +15,7 @@ namespace {
 using testing::first_difference;
 using testing::random_tokens;
 
-TEST(V4Threads, MoreThreadsThanCoresGiveBitwiseTheLogitsOfOne) {
+void expect_many_threads_give_the_logits_of_one(NumericsMode mode) {
   const std::string dir = testing::make_test_model("tiny512", testing::tiny_config());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t T = 48;
@@ -23,6 +24,7 @@ TEST(V4Threads, MoreThreadsThanCoresGiveBitwiseTheLogitsOfOne) {
 
   ModelOptions one;
   one.threads = 1;
+  one.numerics.mode = mode;
   auto m1 = Model::load(dir, one);
   std::vector<std::vector<float>> alone;
   for (const auto& p : prompts) {
@@ -32,6 +34,7 @@ TEST(V4Threads, MoreThreadsThanCoresGiveBitwiseTheLogitsOfOne) {
 
   ModelOptions many;
   many.threads = std::clamp(4 * cores, 64, 256);
+  many.numerics.mode = mode;
   auto mm = Model::load(dir, many);
   ASSERT_GT(mm->pool().size(), cores);
   // A prefill chunk of each, then the rest a few tokens at a time, all three sequences in every step.
@@ -56,6 +59,14 @@ TEST(V4Threads, MoreThreadsThanCoresGiveBitwiseTheLogitsOfOne) {
     EXPECT_EQ(diff, -1) << "sequence " << i << " differs first at position " << diff / 512 << " with "
                         << mm->pool().size() << " threads";
   }
+}
+
+TEST(V4Threads, MoreThreadsThanCoresGiveBitwiseTheLogitsOfOne) {
+  expect_many_threads_give_the_logits_of_one(NumericsMode::kExact);
+}
+
+TEST(V4Threads, MoreThreadsThanCoresGiveBitwiseTheLogitsOfOneInFastNumerics) {
+  expect_many_threads_give_the_logits_of_one(NumericsMode::kFast);
 }
 
 }  // namespace

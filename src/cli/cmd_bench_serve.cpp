@@ -2,7 +2,8 @@
 //   prefill throughput per core against batch size,
 //   decode per-request speed and total throughput against concurrency,
 //   time to first token with and without a cached prefix over a multi-turn conversation,
-//   overlap scheduling on/off and speculation acceptance.
+//   overlap scheduling on/off and speculation acceptance,
+//   with --schema: decode throughput with and without structured output (mask overlap on and off).
 // Writes a table to stdout, CSV files and (with gnuplot) PNG plots into --out.
 #include <algorithm>
 #include <chrono>
@@ -10,12 +11,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
 #include "cli/args.h"
@@ -24,6 +27,9 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "recipe/structured_output.h"
+#include "server/structured_output.h"
+#include "tokenizer/tokenizer.h"
 #ifdef DSINFER_ENGINE_HAVE_V4
 #include "engine/deepseek_v4/v4_runner.h"
 #endif
@@ -160,6 +166,10 @@ int run_bench_serve(int argc, char** argv) {
   args.flag("skip-decode", "skip the decode curve");
   args.flag("skip-ttft", "skip the multi-turn TTFT trace");
   args.flag("skip-overlap", "skip the overlap on/off comparison");
+  args.option("schema", "FILE",
+              "also measure structured output: decode at each --concurrency without a constraint and with this "
+              "JSON Schema (greedy; mask overlap on and off), interleaved; needs tokenizer.json in --model");
+  args.option("schema-rounds", "N", "interleaved rounds of the --schema comparison", "3");
   if (!args.parse(argc, argv)) return args.exit_code();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured, also into a file
 #ifndef DSINFER_ENGINE_HAVE_V4
@@ -225,17 +235,23 @@ int run_bench_serve(int argc, char** argv) {
     int64_t tokens = 0;
     engine::EngineMetrics metrics;
   };
-  auto decode_run = [&](int64_t c, bool overlap, bool speculation, int64_t callback_us = 0) {
+  // Null: unconstrained requests; else each request gets a constraint of its own from `make_constraint`.
+  using ConstraintMaker = std::function<std::shared_ptr<engine::TokenConstraint>()>;
+  auto decode_run = [&](int64_t c, bool overlap, bool speculation, int64_t callback_us = 0,
+                        const ConstraintMaker& make_constraint = nullptr, bool overlap_masks = true) {
     EngineOptions o = base;
     o.prefix_cache = false;
     o.overlap_scheduling = overlap;
+    o.overlap_masks = overlap_masks;
     o.speculation = speculation;
     o.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(2048, c * args.get_int("decode-prompt")));
     auto engine = engine::make_engine(model, o);
     const int32_t n = static_cast<int32_t>(args.get_int("decode-tokens"));
     std::vector<RequestSpec> specs;
-    for (int64_t i = 0; i < c; ++i)
+    for (int64_t i = 0; i < c; ++i) {
       specs.push_back(fixed_length_greedy(random_ids(rng, args.get_int("decode-prompt"), vocab), n));
+      if (make_constraint) specs.back().constraint = make_constraint();
+    }
     const double cpu0 = cpu_seconds();
     auto t = run_batch(*engine, specs, callback_us);
     DecodeResult r;
@@ -310,6 +326,56 @@ int run_bench_serve(int argc, char** argv) {
         std::printf("%10s %12lld %14.2f %14.3f %14.2f\n", overlap ? "on" : "off", static_cast<long long>(us), r.total,
                     gap, fwd);
         csv << overlap << "," << us << "," << r.total << "," << gap << "," << fwd << "\n";
+      }
+    }
+    std::printf("\n");
+  }
+
+  if (auto schema_path = args.get_optional("schema")) {
+    // Greedy and ignore_eos, as the decode runs: a request whose JSON is complete goes on with end of
+    // text only (cheap masks), so the table also says how many tokens came before it.
+    const std::string tok_path = (std::filesystem::path(model_flags.dir) / "tokenizer.json").string();
+    DSINFER_CHECK(std::filesystem::is_regular_file(tok_path), "bench-serve: --schema needs ", tok_path);
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tok_path);
+    server::StructuredOutput structured(tok, model->info().eos_token_id);
+    recipe::OutputConstraintRequest request;
+    request.kind = recipe::OutputConstraintRequest::Kind::kJsonSchema;
+    {
+      std::ifstream in(*schema_path);
+      DSINFER_CHECK(in.good(), "bench-serve: cannot read --schema ", *schema_path);
+      request.source = nlohmann::ordered_json::parse(in).dump();
+    }
+    std::vector<std::shared_ptr<engine::TokenConstraint>> made;
+    const ConstraintMaker make = [&] {
+      made.push_back(structured.constraint_for(request, false));
+      return made.back();
+    };
+    std::printf("structured output (decode, greedy, %s; total tok/s, interleaved rounds; 'JSON tokens' = mean "
+                "tokens before the JSON was complete)\n%6s %12s %12s %14s %14s %10s %10s %12s\n",
+                schema_path->c_str(), "round", "concurrency", "plain", "schema", "schema",
+                "ratio", "ratio", "JSON tokens");
+    std::printf("%6s %12s %12s %14s %14s %10s %10s %12s\n", "", "", "", "masks overlap", "masks after", "overlap",
+                "after", "");
+    std::ofstream csv(out_dir + "/structured.csv");
+    csv << "round,concurrency,plain_tokens_per_s,schema_overlap_tokens_per_s,schema_after_tokens_per_s,json_tokens\n";
+    for (int64_t round = 1; round <= args.get_int("schema-rounds"); ++round) {
+      for (int64_t c : parse_list(args.get("concurrency"))) {
+        const DecodeResult plain = decode_run(c, true, false);
+        made.clear();
+        const DecodeResult overlapped = decode_run(c, true, false, 0, make, true);
+        const DecodeResult after = decode_run(c, true, false, 0, make, false);
+        // What a constraint accepted before end of text is the JSON (the grammar allows nothing else).
+        double json_tokens = 0;
+        for (const auto& m : made) {
+          const auto* g = dynamic_cast<const server::GrammarConstraint*>(m.get());
+          if (g != nullptr) json_tokens += static_cast<double>(g->matcher().tokens_before_end());
+        }
+        json_tokens /= static_cast<double>(std::max<size_t>(1, made.size()));
+        std::printf("%6lld %12lld %12.2f %14.2f %14.2f %10.3f %10.3f %12.1f\n", static_cast<long long>(round),
+                    static_cast<long long>(c), plain.total, overlapped.total, after.total, overlapped.total / plain.total,
+                    after.total / plain.total, json_tokens);
+        csv << round << "," << c << "," << plain.total << "," << overlapped.total << "," << after.total << ","
+            << json_tokens << "\n";
       }
     }
     std::printf("\n");

@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,6 +107,30 @@ std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& sp
   for (const Timing& x : t) DSINFER_CHECK(x.error.empty(), "bench-serve: request failed: ", x.error);
   return t;
 }
+
+// Allows exactly the tokens of a recorded output, in order, then end of text: the forwards of the run
+// that produced them, with a mask that costs next to nothing.
+class ForcedConstraint final : public engine::TokenConstraint {
+ public:
+  ForcedConstraint(std::vector<int32_t> tokens, int32_t eos) : tokens_(std::move(tokens)), eos_(eos) {}
+  void fill_mask(std::span<uint32_t> words) override {
+    std::fill(words.begin(), words.end(), 0u);
+    const int32_t t = next();
+    words[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+  }
+  bool accept(int32_t token) override {
+    if (token != next()) return false;
+    ++at_;
+    return true;
+  }
+  void rollback(int32_t n) override { at_ -= static_cast<size_t>(n); }
+
+ private:
+  int32_t next() const { return at_ < tokens_.size() ? tokens_[at_] : eos_; }
+  std::vector<int32_t> tokens_;
+  int32_t eos_;
+  size_t at_ = 0;
+};
 
 std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int32_t vocab) {
   std::vector<int32_t> v(n);
@@ -234,11 +260,14 @@ int run_bench_serve(int argc, char** argv) {
     double cpu_seconds = 0;             // process CPU time of the run (user + system)
     int64_t tokens = 0;
     engine::EngineMetrics metrics;
+    std::vector<std::vector<int32_t>> ids;  // each request's output
   };
-  // Null: unconstrained requests; else each request gets a constraint of its own from `make_constraint`.
-  using ConstraintMaker = std::function<std::shared_ptr<engine::TokenConstraint>()>;
+  // Null: unconstrained requests; else request i gets a constraint of its own from `make_constraint(i)`.
+  using ConstraintMaker = std::function<std::shared_ptr<engine::TokenConstraint>(size_t)>;
+  // prompts: null for fresh random ones.
   auto decode_run = [&](int64_t c, bool overlap, bool speculation, int64_t callback_us = 0,
-                        const ConstraintMaker& make_constraint = nullptr, bool overlap_masks = true) {
+                        const ConstraintMaker& make_constraint = nullptr, bool overlap_masks = true,
+                        const std::vector<std::vector<int32_t>>* prompts = nullptr) {
     EngineOptions o = base;
     o.prefix_cache = false;
     o.overlap_scheduling = overlap;
@@ -249,8 +278,9 @@ int run_bench_serve(int argc, char** argv) {
     const int32_t n = static_cast<int32_t>(args.get_int("decode-tokens"));
     std::vector<RequestSpec> specs;
     for (int64_t i = 0; i < c; ++i) {
-      specs.push_back(fixed_length_greedy(random_ids(rng, args.get_int("decode-prompt"), vocab), n));
-      if (make_constraint) specs.back().constraint = make_constraint();
+      specs.push_back(fixed_length_greedy(
+          prompts != nullptr ? prompts->at(i) : random_ids(rng, args.get_int("decode-prompt"), vocab), n));
+      if (make_constraint) specs.back().constraint = make_constraint(static_cast<size_t>(i));
     }
     const double cpu0 = cpu_seconds();
     auto t = run_batch(*engine, specs, callback_us);
@@ -271,6 +301,7 @@ int run_bench_serve(int argc, char** argv) {
       r.tokens += x.tokens;
     }
     r.per_request = speed / static_cast<double>(c);
+    for (auto& x : t) r.ids.push_back(std::move(x.ids));
     r.total = static_cast<double>(inside) / std::max(1e-9, since(start, end));
     r.metrics = engine->metrics();
     return r;
@@ -332,8 +363,11 @@ int run_bench_serve(int argc, char** argv) {
   }
 
   if (auto schema_path = args.get_optional("schema")) {
-    // Greedy and ignore_eos, as the decode runs: a request whose JSON is complete goes on with end of
-    // text only (cheap masks), so the table also says how many tokens came before it.
+    // Greedy and ignore_eos, as the decode runs. The forward's cost depends on the tokens (MoE experts
+    // by token: 16 streams writing the same JSON share experts), so the baseline is "forced": the same
+    // prompts forced through the tokens the schema run produced, with a one-token mask that costs
+    // nothing. A request whose JSON is complete goes on with end of text only (cheap masks), so the
+    // table also gives how many tokens came before it.
     const std::string tok_path = (std::filesystem::path(model_flags.dir) / "tokenizer.json").string();
     DSINFER_CHECK(std::filesystem::is_regular_file(tok_path), "bench-serve: --schema needs ", tok_path);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tok_path);
@@ -346,24 +380,24 @@ int run_bench_serve(int argc, char** argv) {
       request.source = nlohmann::ordered_json::parse(in).dump();
     }
     std::vector<std::shared_ptr<engine::TokenConstraint>> made;
-    const ConstraintMaker make = [&] {
+    const ConstraintMaker make = [&](size_t) {
       made.push_back(structured.constraint_for(request, false));
       return made.back();
     };
-    std::printf("structured output (decode, greedy, %s; total tok/s, interleaved rounds; 'JSON tokens' = mean "
-                "tokens before the JSON was complete)\n%6s %12s %12s %14s %14s %10s %10s %12s\n",
-                schema_path->c_str(), "round", "concurrency", "plain", "schema", "schema",
-                "ratio", "ratio", "JSON tokens");
-    std::printf("%6s %12s %12s %14s %14s %10s %10s %12s\n", "", "", "", "masks overlap", "masks after", "overlap",
-                "after", "");
+    std::printf("structured output (decode, greedy, %s; total tok/s in interleaved rounds, same prompts in a "
+                "row; ratios to 'forced' = the schema run's tokens at no mask cost; 'JSON tokens' = mean tokens "
+                "before the JSON was complete)\n%6s %6s %10s %10s %14s %12s %9s %9s %7s\n",
+                schema_path->c_str(), "round", "conc", "free", "forced", "schema overlap", "schema after",
+                "overlap", "after", "JSON");
     std::ofstream csv(out_dir + "/structured.csv");
-    csv << "round,concurrency,plain_tokens_per_s,schema_overlap_tokens_per_s,schema_after_tokens_per_s,json_tokens\n";
+    csv << "round,concurrency,free_tokens_per_s,forced_tokens_per_s,schema_overlap_tokens_per_s,"
+           "schema_after_tokens_per_s,json_tokens\n";
     for (int64_t round = 1; round <= args.get_int("schema-rounds"); ++round) {
       for (int64_t c : parse_list(args.get("concurrency"))) {
-        const DecodeResult plain = decode_run(c, true, false);
+        std::vector<std::vector<int32_t>> prompts;
+        for (int64_t i = 0; i < c; ++i) prompts.push_back(random_ids(rng, args.get_int("decode-prompt"), vocab));
         made.clear();
-        const DecodeResult overlapped = decode_run(c, true, false, 0, make, true);
-        const DecodeResult after = decode_run(c, true, false, 0, make, false);
+        const DecodeResult overlapped = decode_run(c, true, false, 0, make, true, &prompts);
         // What a constraint accepted before end of text is the JSON (the grammar allows nothing else).
         double json_tokens = 0;
         for (const auto& m : made) {
@@ -371,11 +405,20 @@ int run_bench_serve(int argc, char** argv) {
           if (g != nullptr) json_tokens += static_cast<double>(g->matcher().tokens_before_end());
         }
         json_tokens /= static_cast<double>(std::max<size_t>(1, made.size()));
-        std::printf("%6lld %12lld %12.2f %14.2f %14.2f %10.3f %10.3f %12.1f\n", static_cast<long long>(round),
-                    static_cast<long long>(c), plain.total, overlapped.total, after.total, overlapped.total / plain.total,
-                    after.total / plain.total, json_tokens);
-        csv << round << "," << c << "," << plain.total << "," << overlapped.total << "," << after.total << ","
-            << json_tokens << "\n";
+        const DecodeResult after = decode_run(c, true, false, 0, make, false, &prompts);
+        const int32_t eos = model->info().eos_token_id;
+        const DecodeResult forced = decode_run(c, true, false, 0, [&](size_t i) {
+          return std::make_shared<ForcedConstraint>(overlapped.ids.at(i), eos);
+        }, true, &prompts);
+        if (forced.ids != overlapped.ids || after.ids != overlapped.ids) {
+          std::fprintf(stderr, "bench-serve: warning: the schema runs and the forced run produced different tokens\n");
+        }
+        const DecodeResult unconstrained = decode_run(c, true, false, 0, nullptr, true, &prompts);
+        std::printf("%6lld %6lld %10.2f %10.2f %14.2f %12.2f %9.3f %9.3f %7.1f\n", static_cast<long long>(round),
+                    static_cast<long long>(c), unconstrained.total, forced.total, overlapped.total, after.total,
+                    overlapped.total / forced.total, after.total / forced.total, json_tokens);
+        csv << round << "," << c << "," << unconstrained.total << "," << forced.total << "," << overlapped.total << ","
+            << after.total << "," << json_tokens << "\n";
       }
     }
     std::printf("\n");

@@ -891,7 +891,9 @@ void EngineCore::execute(StepPlan& p) {
   const size_t row_words = static_cast<size_t>((V + 31) / 32);
   std::vector<EntryMasks> masks(p.entries.size());
   bool constrained = false;
-  for (size_t i = 0; i < p.entries.size(); ++i) constrained |= items[i].logit_rows > 0 && p.entries[i].req->spec.constraint;
+  for (size_t i = 0; i < p.entries.size(); ++i) {
+    constrained |= items[i].logit_rows > 0 && p.entries[i].req->spec.constraint;
+  }
   struct JoinOnExit {
     HelperThread* thread = nullptr;
     ~JoinOnExit() {

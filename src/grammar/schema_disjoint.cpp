@@ -10,31 +10,33 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// JSON kinds as bits; integers are numbers (1 is both), so "integer" maps to kNumber.
-enum Kind : unsigned { kNull = 1, kBoolean = 2, kNumber = 4, kString = 8, kArray = 16, kObject = 32, kAny = 63 };
+// JSON kinds as bits; integers are numbers (1 is both), so "integer" maps to kIsNumber.
+enum JsonKind : unsigned {
+  kIsNull = 1, kIsBoolean = 2, kIsNumber = 4, kIsString = 8, kIsArray = 16, kIsObject = 32, kIsAny = 63
+};
 
 unsigned kind_of_value(const Json& v) {
-  if (v.is_null()) return kNull;
-  if (v.is_boolean()) return kBoolean;
-  if (v.is_number()) return kNumber;
-  if (v.is_string()) return kString;
-  if (v.is_array()) return kArray;
-  return kObject;
+  if (v.is_null()) return kIsNull;
+  if (v.is_boolean()) return kIsBoolean;
+  if (v.is_number()) return kIsNumber;
+  if (v.is_string()) return kIsString;
+  if (v.is_array()) return kIsArray;
+  return kIsObject;
 }
 
 unsigned kind_of_type(const std::string& t) {
-  if (t == "null") return kNull;
-  if (t == "boolean") return kBoolean;
-  if (t == "integer" || t == "number") return kNumber;
-  if (t == "string") return kString;
-  if (t == "array") return kArray;
-  if (t == "object") return kObject;
-  return kAny;
+  if (t == "null") return kIsNull;
+  if (t == "boolean") return kIsBoolean;
+  if (t == "integer" || t == "number") return kIsNumber;
+  if (t == "string") return kIsString;
+  if (t == "array") return kIsArray;
+  if (t == "object") return kIsObject;
+  return kIsAny;
 }
 
 // What an instance of a schema can be, as far as the proof needs it.
 struct Shape {
-  unsigned kinds = kAny;
+  unsigned kinds = kIsAny;
   std::optional<std::vector<Json>> literals;    // const/enum: exactly these values
   std::map<std::string, std::vector<Json>> tags;  // objects: required properties limited to these values
 };
@@ -74,7 +76,7 @@ class Shaper {
       }
     }
     s.kinds &= declared_kinds(node);
-    if (node.contains("nullable") && node["nullable"] == true) s.kinds |= kNull;
+    if (node.contains("nullable") && node["nullable"] == true) s.kinds |= kIsNull;
     if (node.contains("properties") && node["properties"].is_object() && node.contains("required") &&
         node["required"].is_array()) {
       for (const Json& name : node["required"]) {
@@ -105,9 +107,9 @@ class Shaper {
       if (t.is_string()) return kind_of_type(t.get<std::string>());
       unsigned k = 0;
       if (t.is_array()) {
-        for (const Json& x : t) k |= x.is_string() ? kind_of_type(x.get<std::string>()) : kAny;
+        for (const Json& x : t) k |= x.is_string() ? kind_of_type(x.get<std::string>()) : kIsAny;
       }
-      return k == 0 ? kAny : k;
+      return k == 0 ? kIsAny : k;
     }
     unsigned k = 0;
     auto has = [&](std::initializer_list<const char*> keys) {
@@ -116,11 +118,11 @@ class Shaper {
       }
       return false;
     };
-    if (has({"properties", "required", "additionalProperties"})) k |= kObject;
-    if (has({"items", "prefixItems", "minItems", "maxItems"})) k |= kArray;
-    if (has({"pattern", "format", "minLength", "maxLength"})) k |= kString;
-    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) k |= kNumber;
-    return k == 0 ? kAny : k;
+    if (has({"properties", "required", "additionalProperties"})) k |= kIsObject;
+    if (has({"items", "prefixItems", "minItems", "maxItems"})) k |= kIsArray;
+    if (has({"pattern", "format", "minLength", "maxLength"})) k |= kIsString;
+    if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) k |= kIsNumber;
+    return k == 0 ? kIsAny : k;
   }
 
   const Json& root_;
@@ -143,7 +145,7 @@ bool schemas_may_overlap(const Json& root, const Json& a, const Json& b) {
   if ((x.kinds & y.kinds) == 0) return false;
   if (x.literals && y.literals) return lists_meet(*x.literals, *y.literals);
   if (x.literals || y.literals) return true;  // a literal of a shared kind may match the other side
-  if ((x.kinds & y.kinds) == kObject) {
+  if ((x.kinds & y.kinds) == kIsObject) {
     for (const auto& [name, values] : x.tags) {
       auto it = y.tags.find(name);
       if (it != y.tags.end() && !lists_meet(values, it->second)) return false;

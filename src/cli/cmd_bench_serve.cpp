@@ -2,7 +2,8 @@
 //   prefill throughput per core against batch size,
 //   decode per-request speed and total throughput against concurrency,
 //   time to first token with and without a cached prefix over a multi-turn conversation,
-//   overlap scheduling on/off and speculation acceptance.
+//   overlap scheduling on/off and speculation acceptance,
+//   with --schema: decode throughput with and without structured output (mask overlap on and off).
 // Writes a table to stdout, CSV files and (with gnuplot) PNG plots into --out.
 #include <algorithm>
 #include <chrono>
@@ -10,12 +11,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
 #include "cli/args.h"
@@ -24,6 +29,9 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "recipe/structured_output.h"
+#include "server/structured_output.h"
+#include "tokenizer/tokenizer.h"
 #ifdef DSINFER_ENGINE_HAVE_V4
 #include "engine/deepseek_v4/v4_runner.h"
 #endif
@@ -100,6 +108,30 @@ std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& sp
   return t;
 }
 
+// Allows exactly the tokens of a recorded output, in order, then end of text: the forwards of the run
+// that produced them, with a mask that costs next to nothing.
+class ForcedConstraint final : public engine::TokenConstraint {
+ public:
+  ForcedConstraint(std::vector<int32_t> tokens, int32_t eos) : tokens_(std::move(tokens)), eos_(eos) {}
+  void fill_mask(std::span<uint32_t> words) override {
+    std::fill(words.begin(), words.end(), 0u);
+    const int32_t t = next();
+    words[static_cast<size_t>(t) >> 5] |= 1u << (t & 31);
+  }
+  bool accept(int32_t token) override {
+    if (token != next()) return false;
+    ++at_;
+    return true;
+  }
+  void rollback(int32_t n) override { at_ -= static_cast<size_t>(n); }
+
+ private:
+  int32_t next() const { return at_ < tokens_.size() ? tokens_[at_] : eos_; }
+  std::vector<int32_t> tokens_;
+  int32_t eos_;
+  size_t at_ = 0;
+};
+
 std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int32_t vocab) {
   std::vector<int32_t> v(n);
   for (auto& x : v) x = 2 + static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 2));
@@ -160,6 +192,10 @@ int run_bench_serve(int argc, char** argv) {
   args.flag("skip-decode", "skip the decode curve");
   args.flag("skip-ttft", "skip the multi-turn TTFT trace");
   args.flag("skip-overlap", "skip the overlap on/off comparison");
+  args.option("schema", "FILE",
+              "also measure structured output: decode at each --concurrency without a constraint and with this "
+              "JSON Schema (greedy; mask overlap on and off), interleaved; needs tokenizer.json in --model");
+  args.option("schema-rounds", "N", "interleaved rounds of the --schema comparison", "3");
   if (!args.parse(argc, argv)) return args.exit_code();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured, also into a file
 #ifndef DSINFER_ENGINE_HAVE_V4
@@ -224,18 +260,28 @@ int run_bench_serve(int argc, char** argv) {
     double cpu_seconds = 0;             // process CPU time of the run (user + system)
     int64_t tokens = 0;
     engine::EngineMetrics metrics;
+    std::vector<std::vector<int32_t>> ids;  // each request's output
   };
-  auto decode_run = [&](int64_t c, bool overlap, bool speculation, int64_t callback_us = 0) {
+  // Null: unconstrained requests; else request i gets a constraint of its own from `make_constraint(i)`.
+  using ConstraintMaker = std::function<std::shared_ptr<engine::TokenConstraint>(size_t)>;
+  // prompts: null for fresh random ones.
+  auto decode_run = [&](int64_t c, bool overlap, bool speculation, int64_t callback_us = 0,
+                        const ConstraintMaker& make_constraint = nullptr, bool overlap_masks = true,
+                        const std::vector<std::vector<int32_t>>* prompts = nullptr) {
     EngineOptions o = base;
     o.prefix_cache = false;
     o.overlap_scheduling = overlap;
+    o.overlap_masks = overlap_masks;
     o.speculation = speculation;
     o.max_batch_tokens = static_cast<int32_t>(std::max<int64_t>(2048, c * args.get_int("decode-prompt")));
     auto engine = engine::make_engine(model, o);
     const int32_t n = static_cast<int32_t>(args.get_int("decode-tokens"));
     std::vector<RequestSpec> specs;
-    for (int64_t i = 0; i < c; ++i)
-      specs.push_back(fixed_length_greedy(random_ids(rng, args.get_int("decode-prompt"), vocab), n));
+    for (int64_t i = 0; i < c; ++i) {
+      specs.push_back(fixed_length_greedy(
+          prompts != nullptr ? prompts->at(i) : random_ids(rng, args.get_int("decode-prompt"), vocab), n));
+      if (make_constraint) specs.back().constraint = make_constraint(static_cast<size_t>(i));
+    }
     const double cpu0 = cpu_seconds();
     auto t = run_batch(*engine, specs, callback_us);
     DecodeResult r;
@@ -255,6 +301,7 @@ int run_bench_serve(int argc, char** argv) {
       r.tokens += x.tokens;
     }
     r.per_request = speed / static_cast<double>(c);
+    for (auto& x : t) r.ids.push_back(std::move(x.ids));
     r.total = static_cast<double>(inside) / std::max(1e-9, since(start, end));
     r.metrics = engine->metrics();
     return r;
@@ -310,6 +357,68 @@ int run_bench_serve(int argc, char** argv) {
         std::printf("%10s %12lld %14.2f %14.3f %14.2f\n", overlap ? "on" : "off", static_cast<long long>(us), r.total,
                     gap, fwd);
         csv << overlap << "," << us << "," << r.total << "," << gap << "," << fwd << "\n";
+      }
+    }
+    std::printf("\n");
+  }
+
+  if (auto schema_path = args.get_optional("schema")) {
+    // Greedy and ignore_eos, as the decode runs. The forward's cost depends on the tokens (MoE experts
+    // by token: 16 streams writing the same JSON share experts), so the baseline is "forced": the same
+    // prompts forced through the tokens the schema run produced, with a one-token mask that costs
+    // nothing. A request whose JSON is complete goes on with end of text only (cheap masks), so the
+    // table also gives how many tokens came before it.
+    const std::string tok_path = (std::filesystem::path(model_flags.dir) / "tokenizer.json").string();
+    DSINFER_CHECK(std::filesystem::is_regular_file(tok_path), "bench-serve: --schema needs ", tok_path);
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tok_path);
+    server::StructuredOutput structured(tok, model->info().eos_token_id);
+    recipe::OutputConstraintRequest request;
+    request.kind = recipe::OutputConstraintRequest::Kind::kJsonSchema;
+    {
+      std::ifstream in(*schema_path);
+      DSINFER_CHECK(in.good(), "bench-serve: cannot read --schema ", *schema_path);
+      request.source = nlohmann::ordered_json::parse(in).dump();
+    }
+    std::vector<std::shared_ptr<engine::TokenConstraint>> made;
+    const ConstraintMaker make = [&](size_t) {
+      made.push_back(structured.constraint_for(request, false));
+      return made.back();
+    };
+    std::printf("structured output (decode, greedy, %s; total tok/s in interleaved rounds, same prompts in a "
+                "row; ratios to 'forced' = the schema run's tokens at no mask cost; 'JSON tokens' = mean tokens "
+                "before the JSON was complete)\n%6s %6s %10s %10s %14s %12s %9s %9s %7s\n",
+                schema_path->c_str(), "round", "conc", "free", "forced", "schema overlap", "schema after",
+                "overlap", "after", "JSON");
+    std::ofstream csv(out_dir + "/structured.csv");
+    csv << "round,concurrency,free_tokens_per_s,forced_tokens_per_s,schema_overlap_tokens_per_s,"
+           "schema_after_tokens_per_s,json_tokens\n";
+    for (int64_t round = 1; round <= args.get_int("schema-rounds"); ++round) {
+      for (int64_t c : parse_list(args.get("concurrency"))) {
+        std::vector<std::vector<int32_t>> prompts;
+        for (int64_t i = 0; i < c; ++i) prompts.push_back(random_ids(rng, args.get_int("decode-prompt"), vocab));
+        made.clear();
+        const DecodeResult overlapped = decode_run(c, true, false, 0, make, true, &prompts);
+        // What a constraint accepted before end of text is the JSON (the grammar allows nothing else).
+        double json_tokens = 0;
+        for (const auto& m : made) {
+          const auto* g = dynamic_cast<const server::GrammarConstraint*>(m.get());
+          if (g != nullptr) json_tokens += static_cast<double>(g->matcher().tokens_before_end());
+        }
+        json_tokens /= static_cast<double>(std::max<size_t>(1, made.size()));
+        const DecodeResult after = decode_run(c, true, false, 0, make, false, &prompts);
+        const int32_t eos = model->info().eos_token_id;
+        const DecodeResult forced = decode_run(c, true, false, 0, [&](size_t i) {
+          return std::make_shared<ForcedConstraint>(overlapped.ids.at(i), eos);
+        }, true, &prompts);
+        if (forced.ids != overlapped.ids || after.ids != overlapped.ids) {
+          std::fprintf(stderr, "bench-serve: warning: the schema runs and the forced run produced different tokens\n");
+        }
+        const DecodeResult unconstrained = decode_run(c, true, false, 0, nullptr, true, &prompts);
+        std::printf("%6lld %6lld %10.2f %10.2f %14.2f %12.2f %9.3f %9.3f %7.1f\n", static_cast<long long>(round),
+                    static_cast<long long>(c), unconstrained.total, forced.total, overlapped.total, after.total,
+                    overlapped.total / forced.total, after.total / forced.total, json_tokens);
+        csv << round << "," << c << "," << unconstrained.total << "," << forced.total << "," << overlapped.total << ","
+            << after.total << "," << json_tokens << "\n";
       }
     }
     std::printf("\n");

@@ -205,6 +205,11 @@ struct EngineOptions {
   // Plans step n+1 while step n computes; only the bookkeeping that depends on step n's tokens stays
   // between the two forwards.
   bool overlap_scheduling = true;
+  // Structured output: each step's token masks are computed on a thread of their own while the
+  // forward runs (a mask depends only on the tokens fed and the drafts, all known before the forward);
+  // a sampling task whose mask is not ready yet computes it itself. Off: after the forward. The
+  // masks, and so the tokens, are the same either way.
+  bool overlap_masks = true;
   // A request's tokens do not depend on what else ran in its batch: prefill chunks end on block
   // boundaries whatever the budget left, and the model is asked for batch-invariant kernels.
   bool batch_invariant = true;

@@ -1,6 +1,7 @@
 #include "engine/engine_core.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 
@@ -12,6 +13,47 @@ namespace dsinfer::engine {
 namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// One sampling entry's structured-output masks: row i is the constraint's mask after drafts 0..i-1.
+// A draft the constraint refuses ends them (its row gives it probability 0, so verification rejects
+// it and later rows go unused): `rows` rows are filled and `drafts` drafts are in the constraint.
+// Filled exactly once, by the mask thread during the forward or by the entry's sampling task.
+struct EntryMasks {
+  std::vector<uint32_t> words;
+  int32_t rows = 0, drafts = 0;
+  std::exception_ptr error;
+  std::atomic<int> state{0};  // 0 free, 1 being filled, 2 filled
+};
+
+void fill_masks(const StepEntry& e, int64_t logit_rows, size_t row_words, EntryMasks& m) {
+  try {
+    TokenConstraint& c = *e.req->spec.constraint;
+    m.words.resize(static_cast<size_t>(logit_rows) * row_words);
+    for (int64_t i = 0; i < logit_rows; ++i) {
+      c.fill_mask(std::span<uint32_t>(m.words.data() + i * row_words, row_words));
+      ++m.rows;
+      if (i >= e.drafts || !c.accept(e.tokens[1 + i])) break;
+      ++m.drafts;
+    }
+  } catch (...) {
+    m.error = std::current_exception();
+  }
+}
+
+// Fills `m` unless another thread has claimed it; either way returns once it is filled.
+void claim_masks(const StepEntry& e, int64_t logit_rows, size_t row_words, EntryMasks& m, bool wait) {
+  int expected = 0;
+  if (m.state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    fill_masks(e, logit_rows, row_words, m);
+    m.state.store(2, std::memory_order_release);
+    m.state.notify_all();
+    return;
+  }
+  if (!wait) return;
+  for (int s = m.state.load(std::memory_order_acquire); s != 2; s = m.state.load(std::memory_order_acquire)) {
+    m.state.wait(s, std::memory_order_acquire);
+  }
+}
 
 }  // namespace
 
@@ -842,12 +884,38 @@ void EngineCore::execute(StepPlan& p) {
     rows += item.logit_rows;
     items.push_back(item);
   }
+  // Structured output: a mask depends only on the tokens fed so far and this step's drafts, so the
+  // masks are filled on the mask thread while the forward runs (xgrammar's overlap); the sampling
+  // tasks take them, filling any the thread has not reached.
+  const int64_t V = info_.vocab_size;
+  const size_t row_words = static_cast<size_t>((V + 31) / 32);
+  std::vector<EntryMasks> masks(p.entries.size());
+  bool constrained = false;
+  for (size_t i = 0; i < p.entries.size(); ++i) {
+    constrained |= items[i].logit_rows > 0 && p.entries[i].req->spec.constraint;
+  }
+  struct JoinOnExit {
+    HelperThread* thread = nullptr;
+    ~JoinOnExit() {
+      if (thread != nullptr) thread->wait();  // the job reads this frame: never unwind past it
+    }
+  } mask_job;
+  if (constrained && options_.overlap_masks) {
+    if (!mask_thread_) mask_thread_ = std::make_unique<HelperThread>();
+    mask_job.thread = mask_thread_.get();
+    mask_thread_->start([&] {
+      for (size_t i = 0; i < p.entries.size(); ++i) {
+        if (items[i].logit_rows > 0 && p.entries[i].req->spec.constraint) {
+          claim_masks(p.entries[i], items[i].logit_rows, row_words, masks[i], false);
+        }
+      }
+    });
+  }
   std::vector<float> logits;
   model_->forward(items, logits);
   DSINFER_CHECK(static_cast<int64_t>(logits.size()) == rows * info_.vocab_size, "model forward returned ",
                 logits.size(), " logits, expected ", rows, " rows of ", info_.vocab_size);
   auto t2 = Clock::now();
-  const int64_t V = info_.vocab_size;
   std::vector<size_t> sampling;
   for (size_t i = 0; i < p.entries.size(); ++i) {
     if (row_of[i] >= 0) sampling.push_back(i);
@@ -870,19 +938,19 @@ void EngineCore::execute(StepPlan& p) {
       }
       all = adjusted;
     }
-    // Structured output: mask row i with the constraint after drafts 0..i-1. A draft it refuses has
-    // probability 0 in its row, so verification rejects it and later rows go unused.
+    // Structured output: the rows EntryMasks filled are masked; its drafts are in the constraint.
     TokenConstraint* constraint = r.spec.constraint.get();
     int32_t constrained_drafts = 0;
     if (constraint != nullptr) {
+      EntryMasks& m = masks[sampling[task]];
+      claim_masks(e, items[sampling[task]].logit_rows, row_words, m, true);
+      if (m.error) std::rethrow_exception(m.error);
       if (adjusted.empty()) adjusted.assign(all.begin(), all.end());
-      std::vector<uint32_t> mask(static_cast<size_t>((V + 31) / 32));
-      for (int64_t i = 0; i < items[sampling[task]].logit_rows; ++i) {
-        constraint->fill_mask(mask);
-        apply_token_mask(std::span<float>(adjusted.data() + i * V, static_cast<size_t>(V)), mask);
-        if (i >= e.drafts || !constraint->accept(e.tokens[1 + i])) break;
-        ++constrained_drafts;
+      for (int32_t i = 0; i < m.rows; ++i) {
+        apply_token_mask(std::span<float>(adjusted.data() + i * V, static_cast<size_t>(V)),
+                         std::span<const uint32_t>(m.words.data() + i * row_words, row_words));
       }
+      constrained_drafts = m.drafts;
       all = adjusted;
     }
     if (e.drafts > 0) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/helper_thread.h"
 #include "engine/kv_connector.h"
 #include "engine/model_runner.h"
 #include "engine/prefix_cache.h"
@@ -172,6 +173,7 @@ class EngineCore {
   bool push_token(Request& r, int32_t token, TokenLogprobs* logprobs);
 
   std::shared_ptr<ModelRunner> model_;
+  std::unique_ptr<HelperThread> mask_thread_;  // made by the first step with a constraint (overlap_masks)
   ModelInfo info_;
   EngineOptions options_;
   std::unique_ptr<PrefixCache> cache_;

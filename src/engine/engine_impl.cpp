@@ -17,58 +17,10 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/engine_core.h"
+#include "engine/helper_thread.h"
 
 namespace dsinfer::engine {
 namespace {
-
-// Runs one job at a time on its own thread; start() hands it over, wait() blocks until it is done.
-class HelperThread {
- public:
-  HelperThread() : thread_([this] { loop(); }) {}
-  ~HelperThread() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void start(std::function<void()> job) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = std::move(job);
-      done_ = false;
-    }
-    cv_.notify_all();
-  }
-  // Returns when the job is done. Jobs catch their own exceptions (one escaping would end the process).
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-  }
-  std::thread::id id() const { return thread_.get_id(); }
-
- private:
-  void loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] { return stop_ || job_; });
-      if (stop_) return;
-      auto job = std::move(job_);
-      job_ = nullptr;
-      lock.unlock();
-      job();
-      lock.lock();
-      done_ = true;
-      cv_.notify_all();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::function<void()> job_;
-  bool done_ = true, stop_ = false;
-  std::thread thread_;
-};
 
 class EngineImpl final : public Engine {
  public:

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "grammar/regex.h"
+#include "grammar/schema_disjoint.h"
 #include "grammar/utf8_ranges.h"
 
 namespace dsinfer::grammar {
@@ -443,7 +444,20 @@ class SchemaCompiler {
       const Json& list = node[k];
       if (!list.is_array() || list.empty()) fail(ptr, std::string("'") + k + "' must be a non-empty array");
       std::vector<Expr> alts;
-      // oneOf compiles as anyOf: an instance matching two branches would fail oneOf (README).
+      // oneOf compiles as anyOf, which is the same set only when no instance can match two branches
+      // (a grammar cannot exclude one that does): branches that may overlap are refused.
+      if (std::string(k) == "oneOf") {
+        for (size_t i = 0; i < list.size(); ++i) {
+          for (size_t j = i + 1; j < list.size(); ++j) {
+            if (schemas_may_overlap(root_, list[i], list[j])) {
+              fail(ptr, "'oneOf' branches " + std::to_string(i) + " and " + std::to_string(j) +
+                            " may both match one instance, which a grammar cannot exclude: give them distinct "
+                            "types, distinct const/enum values, or a required property with distinct const/enum "
+                            "values (or use anyOf)");
+            }
+          }
+        }
+      }
       for (size_t i = 0; i < list.size(); ++i) {
         alts.push_back(ref(rule_for(list[i], ptr + "/" + k + "/" + std::to_string(i))));
       }

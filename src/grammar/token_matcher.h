@@ -77,6 +77,8 @@ class TokenMatcher {
   int32_t tokens_accepted() const { return static_cast<int32_t>(token_bytes_.size()); }
   bool is_complete() const { return matcher_.is_complete(); }
   bool terminated() const { return terminated_at_ >= 0; }
+  // Tokens accepted before end of text (all of them while not terminated).
+  int32_t tokens_before_end() const { return terminated() ? terminated_at_ : tokens_accepted(); }
   bool is_eos(int32_t id) const;
   const Vocabulary& vocabulary() const { return *vocab_; }
 

@@ -76,6 +76,9 @@ class ToolGrammar {
     Expr answer;
     if (o_.inside_block) {
       answer = ref("calls");
+    } else if (o_.require_call) {
+      // The template separates content from the block by "\n\n": with no content, what the model saw.
+      answer = seq({opt(literal("\n\n")), literal("<" + dsml_ + o_.tags.block + ">\n"), ref("calls")});
     } else {
       // Plain text, or text then the block (the parser starts the block at its marker, newlines before
       // it skipped).
@@ -183,7 +186,16 @@ Expr text_without(const std::vector<std::u32string>& forbidden) {
 }
 
 Grammar tool_call_grammar(const std::vector<ToolSpec>& tools, const ToolCallGrammarOptions& options) {
-  return ToolGrammar(options).build(tools);
+  std::vector<ToolSpec> settled = tools;
+  for (ToolSpec& t : settled) {
+    if (!t.strict || !t.strict_if_possible) continue;
+    try {
+      ToolGrammar(options).build({t});
+    } catch (const core::Error&) {
+      t.strict = false;  // its parameters cannot be enforced: the call's frame only
+    }
+  }
+  return ToolGrammar(options).build(settled);
 }
 
 }  // namespace dsinfer::grammar

@@ -30,6 +30,9 @@ struct ToolSpec {
   nlohmann::ordered_json parameters = nlohmann::ordered_json::object();
   // false: the call's frame is still enforced, its parameters are any names with any values.
   bool strict = true;
+  // Strict only when its parameters' schema can be enforced, else as strict = false instead of an
+  // error (Responses tools that do not say strict: OpenAI normalizes them "where possible").
+  bool strict_if_possible = false;
 };
 
 struct ToolCallGrammarOptions {
@@ -40,6 +43,10 @@ struct ToolCallGrammarOptions {
   bool inside_block = false;
   bool thinking = false;        // the output starts with reasoning (no DSML marker, no </think>) and </think>
   bool single_call = false;     // parallel tool use disabled: exactly one call in a block
+  // A call is required but the prompt did not open the block (Messages tool_choice "any", which the
+  // recipe renders as auto): the answer is the block, from its opening marker (after the template's
+  // "\n\n" or nothing), with no text before it.
+  bool require_call = false;
 };
 
 // Throws core::Error naming the tool and what is wrong (unsupported schema keyword, a parameter name a

@@ -67,13 +67,18 @@ OutputConstraintRequest read_output_constraint(Protocol protocol, const Json& bo
   return out;
 }
 
-void read_strict_tools(OutputConstraintRequest& out, const Json& body, const ConversationRequest& request,
-                       PromptVersion version) {
+void read_strict_tools(OutputConstraintRequest& out, Protocol protocol, const Json& body,
+                       const ConversationRequest& request, PromptVersion version) {
   const Conversation& c = request.conversation;
   if (c.tools.empty() || c.tool_choice == ToolChoice::kNone) return;
-  bool any_strict = false;
-  for (const ToolDefinition& t : c.tools) any_strict = any_strict || t.strict.value_or(false);
+  const bool strict_by_default = protocol == Protocol::kResponses;
+  bool explicitly_strict = false, any_strict = false;
+  for (const ToolDefinition& t : c.tools) {
+    explicitly_strict = explicitly_strict || t.strict.value_or(false);
+    any_strict = any_strict || t.strict.value_or(strict_by_default);
+  }
   if (!any_strict) return;
+  if (!explicitly_strict && out.kind != OutputConstraintRequest::Kind::kNone) return;
   Json spec = Json::object();
   // The tag names after the DSML marker, as prompt_render writes them.
   spec["tags"] = version == PromptVersion::kV4 ? Json::array({"tool_calls", "invoke", "parameter"})
@@ -86,9 +91,18 @@ void read_strict_tools(OutputConstraintRequest& out, const Json& body, const Con
     single = single || !parallel->get<bool>();
   }
   spec["single_call"] = single;
+  // Messages tool_choice "any" must call a tool, yet renders as auto (recipe.md §3.4): the grammar
+  // forces the block.
+  if (const Json* choice = field(body, "tool_choice");
+      protocol == Protocol::kMessages && choice != nullptr && choice->is_object() && !p.tool_call_initial_stage) {
+    const auto type = choice->find("type");
+    if (type != choice->end() && *type == "any") spec["require_call"] = true;
+  }
   Json tools = Json::array();
   for (const ToolDefinition& t : c.tools) {
-    tools.push_back(Json{{"name", t.name}, {"strict", t.strict.value_or(false)}, {"parameters", t.parameters}});
+    Json tool{{"name", t.name}, {"strict", t.strict.value_or(strict_by_default)}, {"parameters", t.parameters}};
+    if (!t.strict.has_value() && strict_by_default) tool["by_default"] = true;
+    tools.push_back(std::move(tool));
   }
   spec["tools"] = std::move(tools);
   set_once(out, OutputConstraintRequest::Kind::kToolCalls, to_compact_json(spec), "strict tools");

@@ -27,11 +27,16 @@ OutputConstraintRequest read_output_constraint(Protocol protocol, const Json& bo
 
 // Strict tools: when a tool of the converted request is strict and tools are in play (tool choice not
 // none), `out` becomes kToolCalls: the output is plain text or the version's DSML tool-call block
-// (only the block, from its first call, when the prompt opened it: tool_choice required or named),
+// (only the block, from its first call, when the prompt opened it: tool_choice required or named;
+// the block with no text before it for Messages tool_choice "any", which the prompt renders as auto),
 // strict tools' parameters following their schema. `body` is read for parallel_tool_calls (Chat,
 // Responses); Messages' tool_choice.disable_parallel_tool_use is in the request. Strict tools beside
 // another output constraint are a bad request.
-void read_strict_tools(OutputConstraintRequest& out, const Json& body, const ConversationRequest& request,
-                       PromptVersion version);
+// Responses function tools are strict unless they say strict: false (OpenAI's default there): such a
+// tool is marked "by_default" in the spec (the server makes it non-strict when its schema cannot be
+// enforced, as OpenAI normalizes "where possible"), and tools strict only by default are dropped
+// silently beside another output constraint.
+void read_strict_tools(OutputConstraintRequest& out, Protocol protocol, const Json& body,
+                       const ConversationRequest& request, PromptVersion version);
 
 }  // namespace dsinfer::recipe

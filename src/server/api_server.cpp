@@ -1008,7 +1008,7 @@ void ApiServer::prepare(const std::shared_ptr<Exchange>& ex, int route) {
       spec.prompt_ids = encoder_.encode(rendered);
       thinking = conv.request.conversation.thinking_mode;
       constraint = recipe::read_output_constraint(protocol, body);
-      recipe::read_strict_tools(constraint, body, conv.request, options_.prompt_version);
+      recipe::read_strict_tools(constraint, protocol, body, conv.request, options_.prompt_version);
       check_prompt(static_cast<int64_t>(spec.prompt_ids.size()));
       const bool explicit_limit = conv.request.inference_options.max_tokens.has_value();
       const uint32_t resolved =

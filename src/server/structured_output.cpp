@@ -43,9 +43,12 @@ grammar::Grammar compile_tool_calls(const std::string& source) {
   o.inside_block = spec.at("inside_block").get<bool>();
   o.thinking = spec.at("thinking").get<bool>();
   o.single_call = spec.at("single_call").get<bool>();
+  o.require_call = spec.value("require_call", false);
   std::vector<grammar::ToolSpec> tools;
   for (const auto& t : spec.at("tools")) {
-    tools.push_back({t.at("name").get<std::string>(), t.at("parameters"), t.at("strict").get<bool>()});
+    // Strict only by default (Responses): if_possible, not a 400 when the schema cannot be enforced.
+    tools.push_back({t.at("name").get<std::string>(), t.at("parameters"), t.at("strict").get<bool>(),
+                     t.value("by_default", false)});
   }
   return grammar::tool_call_grammar(tools, o);
 }

@@ -2,9 +2,10 @@
 // fuzz case. With `strict: true` tools the model's DSML tool-call block is grammar-constrained, so every
 // call that ends (finish_reason "tool_calls") carries arguments that validate against the tool's schema
 // with an independent validator (ajv + ajv-formats): Chat (plain, streamed, the SDK's parse helper),
-// a named tool choice, and Anthropic Messages tools with `strict: true` (a named tool_choice: Messages'
-// `any` is auto in the recipe, and a random model almost never chooses a call by itself). Leaves are bounded (enums,
-// lengths, integer ranges, item counts) so that random sampling finishes.
+// a named tool choice, Anthropic Messages tools with `strict: true` (a named tool_choice, and `any`:
+// auto in the recipe's prompt, a call forced by the grammar, so even the random model always calls), and
+// Responses function tools, strict by default as in OpenAI's API. Leaves are bounded (enums, lengths,
+// integer ranges, item counts) so that random sampling finishes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { openaiServerForFile, startServer, metrics, MODEL, npm } from './harness.mjs';
@@ -138,6 +139,56 @@ test('Anthropic Messages tools with strict: true give valid tool_use input', asy
     for (const u of uses) assert.ok(validators.book(u.input), `${JSON.stringify(u.input)}\n${ajv.errorsText(validators.book.errors)}`);
   }
   assert.ok(finished >= 2, `only ${finished} of 4 outputs finished`);
+});
+
+test('Anthropic Messages tool_choice any with strict tools always calls a tool', async () => {
+  const client = new Anthropic({ baseURL: file.server.url, apiKey: 'unused', maxRetries: 0, timeout: 300000 });
+  let finished = 0;
+  for (let seed = 61; seed <= 64; ++seed) {
+    const m = await client.messages.create({
+      model: MODEL, max_tokens: 600, temperature: 1, messages: [{ role: 'user', content: 'Do something.' }],
+      tools: [{ name: 'set_mode', input_schema: schemas.set_mode, strict: true },
+        { name: 'noop', input_schema: schemas.noop, strict: true }],
+      thinking: { type: 'disabled' }, tool_choice: { type: 'any' }, seed,
+    });
+    // Without the forced block a random model writes text (never a DSML marker, the grammar forbids it).
+    assert.equal(m.content[0]?.type, 'tool_use', `seed ${seed}: ${JSON.stringify(m.content)}`);
+    assert.ok(!m.content.some((b) => b.type === 'text' && b.text.trim() !== ''), JSON.stringify(m.content));
+    if (m.stop_reason !== 'tool_use') continue;
+    ++finished;
+    for (const u of m.content.filter((b) => b.type === 'tool_use')) {
+      assert.ok(validators[u.name](u.input), `${u.name} ${JSON.stringify(u.input)}`);
+    }
+  }
+  assert.ok(finished >= 2, `only ${finished} of 4 outputs finished`);
+});
+
+test('Responses function tools are strict unless they say strict: false', async () => {
+  const fn = (name, extra = {}) => ({ type: 'function', name, parameters: schemas[name], ...extra });
+  let finished = 0;
+  for (let seed = 71; seed <= 74; ++seed) {
+    const r = await file.client.responses.create({
+      model: MODEL, input: 'Use the tools.', max_output_tokens: 600, temperature: 1, seed,
+      reasoning: { effort: 'none' }, tools: [fn('set_mode'), fn('book')], tool_choice: 'required',
+    });
+    const calls = r.output.filter((o) => o.type === 'function_call');
+    if (r.status !== 'completed' || calls.length === 0) continue;
+    ++finished;
+    for (const c of calls) checkCall(c.name, c.arguments, `responses seed ${seed}`);
+  }
+  assert.ok(finished >= 2, `only ${finished} of 4 outputs finished`);
+  // A schema dsinfer cannot enforce: served non-strict when strict is left out, a 400 when asked for.
+  const loose = { type: 'object', properties: { a: { type: 'string', not: { const: 'x' } } } };
+  const ok = await file.client.responses.create({ model: MODEL, input: 'x', max_output_tokens: 8, seed: 1,
+    reasoning: { effort: 'none' }, tools: [{ type: 'function', name: 'f', parameters: loose }] });
+  assert.equal(ok.object, 'response');
+  await assert.rejects(file.client.responses.create({ model: MODEL, input: 'x', max_output_tokens: 8,
+    reasoning: { effort: 'none' }, tools: [{ type: 'function', name: 'f', strict: true, parameters: loose }] }),
+  (e) => e.status === 400 && /unsupported keyword 'not'/.test(e.message));
+  // Strict only by default beside text.format: the format applies, no 400.
+  const fmt = await file.client.responses.create({ model: MODEL, input: 'Reply in json.', max_output_tokens: 40, seed: 2,
+    reasoning: { effort: 'none' }, tools: [fn('noop')], text: { format: { type: 'json_object' } } });
+  assert.equal(fmt.object, 'response');
 });
 
 test('under speculation tool calls still validate', async () => {

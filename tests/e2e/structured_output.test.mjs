@@ -33,6 +33,11 @@ const corpus = {
       items: { $ref: '#/$defs/pair' } } }, required: ['first'] },
   allof: { allOf: [{ type: 'object', properties: { a: { type: 'integer', minimum: 0, maximum: 9 } }, required: ['a'] },
     { properties: { b: { enum: ['x', 'y'] } }, required: ['b'] }] },
+  // oneOf compiles only with provably disjoint branches (a discriminated union here): ajv checks that
+  // exactly one branch matches.
+  oneof: { oneOf: [{ type: 'null' }, { type: 'object', properties: { kind: { const: 'circle' },
+    r: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['kind', 'r'] }, { type: 'object', properties: {
+    kind: { enum: ['square', 'box'] }, side: { type: 'integer', minimum: 1, maximum: 9 } }, required: ['kind', 'side'] }] },
 };
 
 const ask = (schema, seed, extra = {}) => file.client.chat.completions.create({
@@ -55,7 +60,7 @@ test('sampled outputs validate against their schema (ajv)', async () => {
       assert.ok(validate(value), `${name} seed ${seed}: ${c.message.content}\n${ajv.errorsText(validate.errors)}`);
     }
   }
-  assert.ok(finished >= 10, `only ${finished} of 20 outputs finished within max_tokens`);
+  assert.ok(finished >= 10, `only ${finished} of 24 outputs finished within max_tokens`);
 });
 
 test('under speculation outputs still validate', async () => {

@@ -94,6 +94,41 @@ TEST(JsonSchema, EnumConstAnyOfNullable) {
   EXPECT_FALSE(matches(n, R"g("abc")g"));
 }
 
+// oneOf is compiled only when its branches are provably disjoint (then it is anyOf's set exactly): by
+// type, by const/enum values, or by a required property with distinct const/enum values.
+TEST(JsonSchema, OneOfOfDisjointBranchesOnly) {
+  auto g = schema(R"g({"oneOf":[{"type":"string","maxLength":3},{"type":"integer"},{"type":"null"}]})g");
+  EXPECT_TRUE(matches(g, R"g("ab")g"));
+  EXPECT_TRUE(matches(g, "12"));
+  EXPECT_TRUE(matches(g, "null"));
+  EXPECT_FALSE(matches(g, "true"));
+  auto shapes = schema(R"g({"$defs":{"circle":{"type":"object","properties":{"kind":{"const":"circle"},
+      "r":{"type":"integer"}},"required":["kind","r"]}},
+      "oneOf":[{"$ref":"#/$defs/circle"},{"type":"object","properties":{"kind":{"enum":["square","box"]},
+      "side":{"type":"integer"}},"required":["kind","side"]}]})g");
+  EXPECT_TRUE(matches(shapes, R"g({"kind":"circle","r":2})g"));
+  EXPECT_TRUE(matches(shapes, R"g({"kind":"box","side":2})g"));
+  EXPECT_FALSE(matches(shapes, R"g({"kind":"circle","side":2})g"));
+  EXPECT_NO_THROW(schema(R"g({"oneOf":[{"enum":[1,"a"]},{"const":2},{"enum":["b",null]}]})g"));
+  EXPECT_NO_THROW(schema(R"g({"oneOf":[{"type":"array"},{"type":"object","properties":{"a":{"type":"string"}}}]})g"));
+  // Overlaps a grammar cannot exclude: 400s naming the branches.
+  const std::string overlap =
+      "json schema at #: 'oneOf' branches 0 and 1 may both match one instance, which a grammar cannot exclude: "
+      "give them distinct types, distinct const/enum values, or a required property with distinct const/enum "
+      "values (or use anyOf)";
+  EXPECT_EQ(schema_error(R"g({"oneOf":[{"type":"integer"},{"type":"number"}]})g"), overlap);
+  EXPECT_EQ(schema_error(R"g({"oneOf":[{"enum":[1,2]},{"enum":[3,2.0]}]})g"), overlap);  // 2 == 2.0
+  EXPECT_EQ(schema_error(R"g({"oneOf":[{"const":"a"},{"type":"string"}]})g"), overlap);
+  EXPECT_EQ(schema_error(R"g({"oneOf":[{"type":"object","properties":{"a":{"type":"string"}}},
+      {"type":"object","properties":{"b":{"type":"string"}}}]})g"), overlap);
+  // A tag that is not required does not separate (an object without it matches both).
+  EXPECT_EQ(schema_error(R"g({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}}},
+      {"type":"object","properties":{"k":{"const":"b"}}}]})g"), overlap);
+  EXPECT_NE(schema_error(R"g({"type":"object","properties":{"x":{"oneOf":[{},{"type":"null"}]}}})g")
+                .find("json schema at #/properties/x: 'oneOf' branches 0 and 1"),
+            std::string::npos);
+}
+
 TEST(JsonSchema, RefsAndRecursion) {
   auto g = schema(R"g({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
                         "kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}},

@@ -7,6 +7,7 @@
 
 #include <random>
 
+#include "core/error.h"
 #include "grammar/test_util.h"
 #include "grammar/token_matcher.h"
 #include "grammar/tool_calls.h"
@@ -99,6 +100,54 @@ TEST(ToolCallGrammar, AcceptsRecipeRenderedCalls) {
     EXPECT_FALSE(matches(required, ""));
     EXPECT_FALSE(matches(required, "It is sunny."));
   }
+}
+
+// Messages tool_choice "any": the prompt opens no block (auto in the recipe), yet a call must come: the
+// block from its marker, after the template's "\n\n" or nothing, and no text before it.
+TEST(ToolCallGrammar, RequireCallForcesTheBlockWithoutText) {
+  for (auto v : {recipe::PromptVersion::kV4, recipe::PromptVersion::kV41}) {
+    ToolCallGrammarOptions o;
+    o.tags = tags_for(v);
+    o.require_call = true;
+    auto any = grammar(o);
+    for (const auto& calls : valid_calls()) {
+      const std::string answer = rendered_answer(v, "", calls);  // "\n\n<｜DSML｜block>..."
+      EXPECT_TRUE(matches(any, answer)) << answer;
+      EXPECT_TRUE(matches(any, answer.substr(2))) << answer;
+      EXPECT_FALSE(matches(any, rendered_answer(v, "Let me check.", calls))) << "text before the block";
+    }
+    EXPECT_FALSE(matches(any, ""));
+    EXPECT_FALSE(matches(any, "It is sunny."));
+    o.thinking = true;
+    auto thinking = grammar(o);
+    const std::string answer = rendered_answer(v, "", valid_calls()[0]);
+    EXPECT_TRUE(matches(thinking, "Weather: call the tool.</think>" + answer));
+    EXPECT_FALSE(matches(thinking, "Weather.</think>It is sunny."));
+  }
+}
+
+// Responses tools that do not say strict: strict when their schema can be enforced, else the frame
+// only (any parameters) instead of the error an explicit strict: true gets.
+TEST(ToolCallGrammar, StrictIfPossibleFallsBackToTheFrame) {
+  const Json unsupported = Json::parse(R"j({"type":"object","properties":{"a":{"not":{"type":"string"}}}})j");
+  ToolCallGrammarOptions o;
+  o.inside_block = true;
+  EXPECT_THROW(tool_call_grammar({{"f", unsupported}}, o), core::Error);
+  ToolSpec lenient{"f", unsupported};
+  lenient.strict_if_possible = true;
+  auto g = grammar(o, {lenient});
+  const std::string call = "<" + kMarker + o.tags.invoke + " name=\"f\">\n<" + kMarker + o.tags.parameter +
+                           " name=\"zzz\" string=\"true\">anything</" + kMarker + o.tags.parameter + ">\n</" +
+                           kMarker + o.tags.invoke + ">\n</" + kMarker + o.tags.block + ">";
+  EXPECT_TRUE(matches(g, call));
+  // A schema that compiles stays strict: an unknown parameter is refused.
+  ToolSpec weather = tools()[0];
+  weather.strict_if_possible = true;
+  auto w = grammar(o, {weather});
+  const std::string wcall = "<" + kMarker + o.tags.invoke + " name=\"get_weather\">\n<" + kMarker +
+                            o.tags.parameter + " name=\"zzz\" string=\"true\">x</" + kMarker + o.tags.parameter +
+                            ">\n</" + kMarker + o.tags.invoke + ">\n</" + kMarker + o.tags.block + ">";
+  EXPECT_FALSE(matches(w, wcall));
 }
 
 TEST(ToolCallGrammar, RejectsCallsThatBreakTheSchemas) {

@@ -62,7 +62,7 @@ TEST(StructuredOutputRequest, RegexAndEbnfExtensionsOnEveryRoute) {
 Json strict_spec(Protocol p, const char* body, PromptVersion v = PromptVersion::kV41) {
   const Json b = parse_json(body);
   OutputConstraintRequest out = read_output_constraint(p, b);
-  read_strict_tools(out, b, convert_request(p, b).request, v);
+  read_strict_tools(out, p, b, convert_request(p, b).request, v);
   if (out.kind == Kind::kNone) return nullptr;
   EXPECT_EQ(out.kind, Kind::kToolCalls);
   return parse_json(out.source);
@@ -104,6 +104,10 @@ TEST(StructuredOutputRequest, StrictToolsOnEveryProtocol) {
     "tool_choice":{"type":"any","disable_parallel_tool_use":true}})g");
   EXPECT_EQ(m["inside_block"], false);  // Messages' any is auto in the recipe: the prompt opens no block
   EXPECT_EQ(m["single_call"], true);
+  EXPECT_EQ(m["require_call"], true);  // ... so the grammar forces the call
+  Json m_auto = strict_spec(Protocol::kMessages, R"g({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],
+    "tools":[{"name":"f","strict":true,"input_schema":{"type":"object"}}],"tool_choice":{"type":"auto"}})g");
+  EXPECT_FALSE(m_auto.contains("require_call"));
   Json named = strict_spec(Protocol::kMessages, R"g({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],
     "thinking":{"type":"disabled"},"tools":[{"name":"f","strict":true,"input_schema":{"type":"object"}}],
     "tool_choice":{"type":"tool","name":"f"}})g");
@@ -111,6 +115,32 @@ TEST(StructuredOutputRequest, StrictToolsOnEveryProtocol) {
   EXPECT_EQ(named["thinking"], false);
   EXPECT_TRUE(strict_spec(Protocol::kMessages, R"g({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}],
     "tools":[{"name":"f","input_schema":{"type":"object"}}]})g").is_null());
+}
+
+// Responses function tools are strict unless they say strict: false (OpenAI's default there); Chat's
+// stay non-strict unless they say strict: true.
+TEST(StructuredOutputRequest, ResponsesToolsAreStrictByDefault) {
+  Json r = strict_spec(Protocol::kResponses, R"g({"model":"m","input":"hi","reasoning":{"effort":"none"},
+    "tools":[{"type":"function","name":"f","parameters":{"type":"object"}},
+             {"type":"function","name":"g","strict":false,"parameters":{"type":"object"}},
+             {"type":"function","name":"h","strict":true,"parameters":{"type":"object"}}]})g");
+  ASSERT_EQ(r["tools"].size(), 3u);
+  EXPECT_EQ(r["tools"][0]["strict"], true);
+  EXPECT_EQ(r["tools"][0]["by_default"], true);
+  EXPECT_EQ(r["tools"][1]["strict"], false);
+  EXPECT_FALSE(r["tools"][1].contains("by_default"));
+  EXPECT_EQ(r["tools"][2]["strict"], true);
+  EXPECT_FALSE(r["tools"][2].contains("by_default"));
+  EXPECT_TRUE(strict_spec(Protocol::kResponses, R"g({"model":"m","input":"hi",
+    "tools":[{"type":"function","name":"f","strict":false,"parameters":{"type":"object"}}]})g").is_null());
+  EXPECT_TRUE(strict_spec(Protocol::kChatCompletions, R"g({"model":"m","messages":[{"role":"user","content":"hi"}],
+    "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]})g").is_null());
+  // Strict only by default beside text.format: the format wins, no 400.
+  const Json b = parse_json(R"g({"model":"m","input":"reply in json","text":{"format":{"type":"json_object"}},
+    "tools":[{"type":"function","name":"f","parameters":{"type":"object"}}]})g");
+  OutputConstraintRequest out = read_output_constraint(Protocol::kResponses, b);
+  read_strict_tools(out, Protocol::kResponses, b, convert_request(Protocol::kResponses, b).request, PromptVersion::kV41);
+  EXPECT_EQ(out.kind, Kind::kJsonObject);
 }
 
 TEST(StructuredOutputRequest, StrictToolsBesideAnotherConstraintIsABadRequest) {

@@ -114,10 +114,38 @@ TEST(DecoderReplayV41, EncoderSideIsExactAndOnlyDecoderWindowsDiffer) {
     }
     if (k >= reach) {
       EXPECT_EQ(got.last, exact.last) << "K " << k;
+      EXPECT_EQ(got.decoded, exact.decoded) << "K " << k;  // decode rows reach back no further
     } else {
       EXPECT_NE(got.last, exact.last) << "K " << k;
       for (float x : got.last) ASSERT_TRUE(std::isfinite(x));
     }
+  }
+}
+
+// Only the latest replay matters: the decoder windows start at its start, and everything before the
+// first decoder layer is exact whatever replayed earlier, so a prompt whose last chunk replays gives
+// the one-pass replay's rows bit for bit.
+TEST(DecoderReplayV41, AChunkedPromptEndingInAReplayGivesTheOnePassRows) {
+  TempDir dir;
+  auto ck = small_checkpoint(dir);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  const std::vector<int32_t> ids = prompt(40);
+  const Outcome one = run(*ck, map, ids, replay(6));
+  // Split at 30, the first chunk's decoder windows [24, 30) are within a window of the second replay's
+  // start 34: only the truncation keeps them (and the one pass's zeros) out.
+  for (const int split : {17, 30}) {
+    Sequence seq(*ck, &map, replay(6));
+    seq.forward(std::vector<int32_t>(ids.begin(), ids.begin() + split), 1);
+    EXPECT_EQ(seq.decoder_replay_start(), split - 6);
+    EXPECT_EQ(seq.forward(std::vector<int32_t>(ids.begin() + split, ids.end()), 1), one.last) << split;
+    EXPECT_EQ(seq.decoder_replay_start(), 34);
+    EXPECT_EQ(seq.stored_kv().compressed, one.kv.compressed);
+    std::vector<float> decoded;
+    for (int32_t id : {17, 300, 5}) {
+      const std::vector<float> row = seq.forward({id});
+      decoded.insert(decoded.end(), row.begin(), row.end());
+    }
+    EXPECT_EQ(decoded, one.decoded) << split;
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/bench_decoder_replay.h"
 #include "cli/common_flags.h"
 #include "cli/command.h"
 #include "core/error.h"
@@ -130,14 +131,44 @@ int run_bench(int argc, char** argv) {
             "bandwidth and FMA peak, the decode roofline (weight bytes touched per token / bandwidth) and\n"
             "the fraction of it reached. A V4.1 checkpoint runs through its engine adapter and also reports the bytes\n"
             "its forward reads (FP8 weights decoded to BF16) and the Engram table rows. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
-            "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.");
+            "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.\n"
+            "With --decoder-replay K (V4.1 only) it instead measures the decoder-side bounded replay against the\n"
+            "exact forward: prefill time at each --prompt-len (a comma-separated list there), interleaved rounds,\n"
+            "and the deviation of the next-token row and of a greedy continuation's rows.");
   add_model_flags(args, NumericsDefault::kFast);
-  args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens)", "512");
+  args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens; with --decoder-replay a "
+              "comma-separated list)", "512");
+  args.option("decoder-replay", "K",
+              "V4.1: compare the decoder-side bounded replay of the last K prompt tokens (deepinfer-system.md 2.3; "
+              "140 is DeepInfer's default) with the exact prefill, instead of the roofline bench (0 = off)", "0");
+  args.option("replay-rounds", "N", "with --decoder-replay: timed prefills per mode and prompt length", "3");
+  args.option("replay-decode", "N", "with --decoder-replay: greedy continuation rows compared after the prompt", "32");
   args.option("decode-tokens", "N", "timed decode steps (greedy, one token each) after the prefill", "64");
   args.option("warmup", "N", "untimed decode steps before the timed ones", "4");
   args.option("bandwidth-mib", "MIB", "buffer of the bandwidth probe (well above the last-level cache)", "1024");
   args.option("seed", "S", "seed of the random prompt", "1");
   if (!args.parse(argc, argv)) return args.exit_code();
+  if (const int64_t k = args.get_int("decoder-replay"); k != 0) {
+    DSINFER_CHECK(k > 0, "--decoder-replay must be >= 0, got ", k);
+    DecoderReplayBench b;
+    const ModelFlags flags = read_model_flags(args);
+    b.dir = flags.dir;
+    b.kv_qdq = flags.kv_qdq;
+    b.replay_tokens = k;
+    b.rounds = args.get_int("replay-rounds", 1, 1000);
+    b.decode_tokens = args.get_int("replay-decode", 0, 100000);
+    b.seed = static_cast<uint32_t>(args.get_int("seed"));
+    const std::string lens = args.get("prompt-len");
+    for (size_t i = 0; i < lens.size();) {
+      const size_t j = std::min(lens.find(',', i), lens.size());
+      const std::string one = lens.substr(i, j - i);
+      DSINFER_CHECK(!one.empty() && one.find_first_not_of("0123456789") == std::string::npos && std::stoll(one) >= 1,
+                    "--prompt-len: '", one, "' is not a positive token count");
+      b.prompt_lens.push_back(std::stoll(one));
+      i = j + 1;
+    }
+    return run_decoder_replay_bench(b);
+  }
   const int64_t prompt_len = args.get_int("prompt-len");
   const int64_t decode_tokens = args.get_int("decode-tokens");
   const int64_t warmup = args.get_int("warmup");

@@ -141,6 +141,12 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   DSINFER_CHECK(chunk >= 0, "--chunk-size must be >= 0, got ", chunk);
   DSINFER_CHECK(rollback >= 0, "--rollback must be >= 0, got ", rollback);
   if (chunk == 0) chunk = T;
+  const int64_t replay = args.get_int("decoder-replay");
+  DSINFER_CHECK(replay >= 0, "--decoder-replay must be >= 0, got ", replay);
+  DSINFER_CHECK(replay == 0 || (chunk == T && rollback == 0 && !mtp && !mtp_out),
+                "--decoder-replay: one pass only (no --chunk-size, --rollback, --mtp, --mtp-out)");
+  // With a replay only the last K rows have logits.
+  const int64_t rows = replay > 0 ? std::min(T, replay) : T;
   DSINFER_CHECK(!(mtp && mtp_out), "--mtp and --mtp-out: give one (--mtp-out keeps the main logits in --out)");
   DSINFER_CHECK(!(mtp || mtp_out) || T >= 2, "--mtp needs at least 2 prompt tokens");
   const auto t0 = std::chrono::steady_clock::now();
@@ -151,6 +157,7 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   model::deepseek_v41::PrefillOptions opt;
   opt.qdq = flags.kv_qdq;
   opt.double_accumulation = args.has("double-accumulation");
+  opt.decoder_replay_tokens = replay;
   const int64_t vocab = ck->config().vocab_size;
   std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));
   std::uniform_int_distribution<int32_t> random_token(0, static_cast<int32_t>(vocab - 1));
@@ -158,7 +165,7 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   std::vector<float> logits;
   for (int64_t b = 0; b < T; b += chunk) {
     const std::vector<float> part =
-        seq.forward(std::vector<int32_t>(ids.begin() + b, ids.begin() + std::min(T, b + chunk)));
+        seq.forward(std::vector<int32_t>(ids.begin() + b, ids.begin() + std::min(T, b + chunk)), rows);
     logits.insert(logits.end(), part.begin(), part.end());
     if (rollback > 0) {
       const int64_t len = seq.length();
@@ -174,7 +181,7 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   if (mtp) {
     write_npy(args.get("out"), draft0, T - 1, vocab);
   } else {
-    write_npy(args.get("out"), logits, T, vocab);
+    write_npy(args.get("out"), logits, static_cast<int64_t>(logits.size()) / vocab, vocab);
   }
   if (mtp_out) write_npy(*mtp_out, draft0, T - 1, vocab);
   if (dump_prefix) {
@@ -194,6 +201,12 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
     for (const auto& [l, k] : kv.index_keys)
       write_npy(*dump_prefix + ".key" + std::to_string(l) + ".npy", k, static_cast<int64_t>(k.size()) / ixd, ixd);
   }
+  if (replay > 0) {
+    std::fprintf(stderr, "decoder replay of the last %lld tokens: %s; the logits of the last %lld positions\n",
+                 static_cast<long long>(replay),
+                 seq.decoder_replay_start() < 0 ? "the prompt is no longer, exact" : "approximate",
+                 static_cast<long long>(rows));
+  }
   std::fprintf(stderr, "logits (V4.1, chunks of %lld, QDQ %s): %lld tokens: load %.2f s, forward %.2f s\n",
                static_cast<long long>(chunk), flags.kv_qdq ? "on" : "off", static_cast<long long>(T),
                std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
@@ -208,7 +221,8 @@ int run_logits(int argc, char** argv) {
             "--chunk-size and --rollback as for V4; --mtp writes the DSpark draft head's draft-0\n"
             "logits [T-1, vocab]: row p from the round after p with anchor token p+1, predicting p+2;\n"
             "--mtp-out writes them as well, from the same pass; --dump-kv writes the stored window KV, compressed\n"
-            "KV and index keys of the main model, in V4's layout).");
+            "KV and index keys of the main model, in V4's layout; --decoder-replay K runs the decoder layers on\n"
+            "the last K positions only and writes their logits [min(T, K), vocab]).");
   add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated token ids, or @FILE holding them");
   args.option("out", "FILE", "output .npy (float32)");
@@ -223,6 +237,10 @@ int run_logits(int argc, char** argv) {
   args.option("seed", "S", "seed of the random rollback tokens", "1");
   args.option("simd", "TARGET", "force one compiled SIMD target, e.g. AVX2 (diagnostic: each computes other bits)", "");
   args.option("dump-kv", "PREFIX", "also write the stored (QDQ'd) window KV, compressed KV and indexer keys as .npy");
+  args.option("decoder-replay", "K",
+              "V4.1, one pass: decoder-side bounded replay of the last K prompt tokens (deepinfer-system.md 2.3; "
+              "approximate, the decoder windows truncated at T - K; --out holds the last min(T, K) rows; 0 = exact)",
+              "0");
   if (!args.parse(argc, argv)) return args.exit_code();
 
   const std::vector<int32_t> ids = read_ids(args.get("prompt-ids"));
@@ -230,8 +248,8 @@ int run_logits(int argc, char** argv) {
       model::ModelConfig::load(flags.dir + "/config.json").arch == model::Architecture::kDeepseekV41) {
     return run_logits_v41(args, flags, ids);
   }
-  DSINFER_CHECK(!args.get_optional("mtp-out") && !args.has("double-accumulation"),
-                "--mtp-out, --double-accumulation: only on DeepseekV41ForCausalLM checkpoints");
+  DSINFER_CHECK(!args.get_optional("mtp-out") && !args.has("double-accumulation") && args.get_int("decoder-replay") == 0,
+                "--mtp-out, --double-accumulation, --decoder-replay: only on DeepseekV41ForCausalLM checkpoints");
   const int64_t T = static_cast<int64_t>(ids.size());
   const bool mtp = args.has("mtp");
   int64_t chunk = args.get_int("chunk-size");

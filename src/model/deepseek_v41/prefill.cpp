@@ -288,7 +288,12 @@ class Prefill {
       DSINFER_CHECK(map != nullptr, "V4.1 prefill: the model has Engram layers but no token map was given");
       hash_ = std::make_unique<EngramHash>(*c_.engram, map->compressed(c_.engram->pad_token_id));
     }
+    DSINFER_CHECK(o.decoder_replay_tokens >= 0, "V4.1 prefill: decoder replay of ", o.decoder_replay_tokens,
+                  " tokens");
+    if (o.decoder_replay_tokens > 0) decoder_ = decoder_first_layer(c_);
   }
+
+  int64_t replay_start() const { return replayed_ ? decoder_from_ : -1; }
 
   int64_t length() const { return static_cast<int64_t>(ids_.size()); }
 
@@ -305,6 +310,13 @@ class Prefill {
   // §3.4 rollback: the state of the first len positions (every cache here keeps its whole history).
   void truncate(int64_t len) {
     DSINFER_CHECK(len >= 0 && len <= length(), "V4.1 sequence: truncate to ", len, " of ", length(), " positions");
+    // At or below the replay start the last position has no decoder state: nothing to roll back to.
+    DSINFER_CHECK(!replayed_ || len == 0 || len > decoder_from_, "V4.1 sequence: rollback to ", len,
+                  " does not pass the decoder replay start ", decoder_from_);
+    if (len == 0) {
+      replayed_ = false;
+      decoder_from_ = 0;
+    }
     const int64_t hd = c_.head_dim, ixd = c_.index_head_dim;
     ids_.resize(static_cast<size_t>(len));
     cid_.resize(std::min(cid_.size(), static_cast<size_t>(len)));
@@ -326,6 +338,8 @@ class Prefill {
     DSINFER_CHECK(begin >= 0 && begin <= end && end <= length(), "V4.1 sequence: range [", begin, ", ", end,
                   ") of ", length(), " positions");
     DSINFER_CHECK(!drafted_, "V4.1 sequence: no state export after the DSpark draft head");
+    DSINFER_CHECK(!replayed_, "V4.1 sequence: no state export after a decoder-side bounded replay (from position ",
+                  decoder_from_, "): the decoder windows are approximate or missing");
     const int64_t hd = c_.head_dim, ixd = c_.index_head_dim;
     StateRange r;
     r.begin = begin;
@@ -367,6 +381,7 @@ class Prefill {
     check_state_range(c_, r);
     DSINFER_CHECK(r.begin == length(), "V4.1 sequence: a range from ", r.begin, " appended at ", length());
     DSINFER_CHECK(!drafted_, "V4.1 sequence: no state import after the DSpark draft head");
+    DSINFER_CHECK(!replayed_, "V4.1 sequence: no state import after a decoder-side bounded replay");
     ids_.insert(ids_.end(), r.ids.begin(), r.ids.end());
     if (c_.engram) cid_.insert(cid_.end(), r.cid.begin(), r.cid.end());
     for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
@@ -399,7 +414,8 @@ class Prefill {
     DSINFER_CHECK(anchor >= 0 && anchor < c_.vocab_size, "V4.1 DSpark: anchor ", anchor, " out of range");
     const int64_t B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim, W = c_.sliding_window;
     DSINFER_CHECK(count >= 1 && count <= B, "V4.1 DSpark: ", count, " drafts asked, a round makes 1 to ", B);
-    const int64_t p = length() - 1, q0 = std::max<int64_t>(0, p - W + 1), nq = p - q0 + 1;
+    // After a decoder replay the taps before its start may be missing: the rings are truncated there too.
+    const int64_t p = length() - 1, q0 = std::max<int64_t>(decoder_from_, p - W + 1), nq = p - q0 + 1;
     const int64_t nt = static_cast<int64_t>(taps_.size());
     Vec hidden(static_cast<size_t>(nq * nt * d_));
     for (int64_t t = 0; t < nq; ++t) {
@@ -470,6 +486,7 @@ class Prefill {
   Vec dspark_draft0() {
     DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
     DSINFER_CHECK(!drafted_, "V4.1 DSpark: draft 0 was already computed (the sequence's last call)");
+    DSINFER_CHECK(!replayed_, "V4.1 DSpark: no teacher-forced draft head after a decoder-side bounded replay");
     drafted_ = true;
     pos0_ = 0;
     round0_ = ring0_ = 0;  // rounds from position 0, rings from position 0 (dspark_round moves them)
@@ -529,8 +546,13 @@ class Prefill {
     DSINFER_CHECK(!ids.empty(), "V4.1 prefill: empty chunk");
     for (int32_t id : ids) DSINFER_CHECK(id >= 0 && id < c_.vocab_size, "V4.1 prefill: token id ", id, " out of range");
     DSINFER_CHECK(!drafted_, "V4.1 sequence: no forward after the DSpark draft head");
+    const int64_t K = opt_.decoder_replay_tokens, n_ids = static_cast<int64_t>(ids.size());
+    const int64_t skip = K > 0 && n_ids > K ? n_ids - K : 0;  // positions the decoder layers skip
+    const int64_t want = logit_rows < 0 ? n_ids : std::min(logit_rows, n_ids);
+    DSINFER_CHECK(skip == 0 || want <= K, "V4.1 prefill: decoder replay of ", K, " tokens gives the logits of the last ",
+                  K, " positions only, ", want, " asked");
     pos0_ = length();
-    T_ = static_cast<int64_t>(ids.size());
+    T_ = n_ids;
     ids_.insert(ids_.end(), ids.begin(), ids.end());
     if (map_ && c_.engram) {
       for (int32_t id : ids) cid_.push_back(map_->compressed(id));
@@ -549,14 +571,17 @@ class Prefill {
       if (r.engram >= 0) engram(L, r.engram);
       if (r.dspark_target) {  // layer order (§2.1)
         if (taps_.size() <= tap) taps_.emplace_back();
+        taps_[tap].resize(static_cast<size_t>(pos0_ * d_));  // zeros where a replay skipped positions
         const Vec m = stream_mean();
         taps_[tap].insert(taps_[tap].end(), m.begin(), m.end());
         ++tap;
       }
+      if (skip > 0 && L == decoder_) enter_replay(pre_in, skip);
       pre_in = block(L, pre_in);
     }
+    precompressed_ = false;
     Vec y = rms_norm(collapse(pre_in), d_, w_.vec("norm.weight"), c_.rms_norm_eps);
-    const int64_t rows = logit_rows < 0 ? T_ : std::min(logit_rows, T_);
+    const int64_t rows = want;
     if (rows == 0) return {};
     if (rows < T_) y.erase(y.begin(), y.end() - rows * d_);
     return matmul(pool_, y, rows, w_.linear("head"));
@@ -566,6 +591,30 @@ class Prefill {
   struct Mix {
     std::vector<double> pre, post, comb;  // [T, hc], [T, hc], [T, hc, hc]
   };
+
+  // Decoder-side bounded replay at the first decoder layer D: its attention input `a` (from the
+  // encoder output alone) and compressor for every row of the chunk, exactly as block() would; then
+  // only the last rows go on (streams, deferred mix, the encoder's per-row selections and candidate
+  // mask), from position s = pos0_ + skip, where the decoder windows start.
+  void enter_replay(std::vector<double>& pre_in, int64_t skip) {
+    const std::string p = c_.layer_prefix(decoder_);
+    const Vec a = rms_norm(collapse(pre_in), d_, w_.vec(p + "attn_norm.weight"), c_.rms_norm_eps);
+    compress(sources_[decoder_], p + "attn.", a, c_.layer_roles(decoder_).ratio);
+    precompressed_ = true;
+    X_.erase(X_.begin(), X_.begin() + skip * hc_ * d_);
+    pre_in.erase(pre_in.begin(), pre_in.begin() + skip * hc_);
+    // Only what the encoder computed for this chunk has its rows (decoder layers' are a past chunk's).
+    if (c_.candidate_source_layer_id >= 0 && c_.candidate_source_layer_id < decoder_) {
+      cand_.erase(cand_.begin(), cand_.begin() + skip);
+    }
+    for (auto& [L, sel] : selections_) {
+      if (L < decoder_) sel.erase(sel.begin(), sel.begin() + skip);
+    }
+    pos0_ += skip;
+    T_ -= skip;
+    decoder_from_ = pos0_;
+    replayed_ = true;
+  }
 
   // §2.3 HCMix of the current streams.
   Mix hc_mix(const std::string& prefix) const {
@@ -888,11 +937,14 @@ class Prefill {
       if (opt_.qdq) qdq_pow2(kv.data() + t * hd, hd, 32, true);
     }
     Vec& window = windows_[L];  // every position's window KV (keys of the positions after it)
+    window.resize(static_cast<size_t>(pos0_ * hd));  // zeros where a decoder replay skipped positions
     window.insert(window.end(), kv.begin(), kv.end());
+    // Decoder windows start at the latest replay start (deepinfer-system.md §2.3 truncation).
+    const int64_t lo = decoder_ >= 0 && L >= decoder_ ? decoder_from_ : 0;
     const KvSource* src = nullptr;
     const std::vector<std::vector<int64_t>>* sel = nullptr;
     if (r.ratio > 0) {
-      if (r.owns_compressor) compress(sources_[L], p, a, r.ratio);
+      if (r.owns_compressor && !(precompressed_ && L == decoder_)) compress(sources_[L], p, a, r.ratio);
       src = &sources_.at(r.kv_source);
       if (r.owns_indexer) {
         auto score = index_scores(p, a, qr, *src, f);
@@ -912,7 +964,7 @@ class Prefill {
     }
     const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys) {
       const int64_t pos = pos0_ + t;
-      for (int64_t j = std::max<int64_t>(0, pos - W + 1); j <= pos; ++j) keys.push_back(window.data() + j * hd);
+      for (int64_t j = std::max<int64_t>(lo, pos - W + 1); j <= pos; ++j) keys.push_back(window.data() + j * hd);
       if (sel) {
         for (int64_t g : (*sel)[t]) keys.push_back(src->ckv.data() + g * hd);
       }
@@ -1074,9 +1126,30 @@ class Prefill {
   std::vector<Vec> rings_;  // DSpark stage rings [T, hd]
   int64_t ring_len_ = 0, block_ = 0;
   int64_t round0_ = 0, ring0_ = 0;  // dspark_round: its round's position, the rings' first position
+  int64_t decoder_ = -1;             // the first decoder layer when decoder replay is on
+  int64_t decoder_from_ = 0;         // the decoder windows' first position (the latest replay start)
+  bool replayed_ = false;            // a decoder replay ran: the state is approximate
+  bool precompressed_ = false;       // this chunk's first decoder layer compressed in enter_replay
 };
 
 }  // namespace
+
+int64_t decoder_first_layer(const ModelConfig& c) {
+  DSINFER_CHECK(c.arch == Architecture::kDeepseekV41, "decoder-side bounded replay needs the CED encoder/decoder ",
+                "structure of DeepSeek-V4.1 (a last kv source read by every layer after it); ", c.architecture,
+                " has none");
+  int64_t D = -1;
+  for (int64_t L = 0; L < c.num_hidden_layers; ++L) {
+    if (c.layer_roles(L).owns_compressor) D = L;
+  }
+  DSINFER_CHECK(D >= 0, "decoder-side bounded replay: the config has no kv source layer, so no encoder/decoder split");
+  for (int64_t L = D; L < c.num_hidden_layers; ++L) {
+    const LayerRoles& r = c.layer_roles(L);
+    DSINFER_CHECK(r.ratio == 0 || r.kv_source == D, "decoder-side bounded replay: decoder layer ", L,
+                  " reads the compressed KV of layer ", r.kv_source, ", not of the first decoder layer ", D);
+  }
+  return D;
+}
 
 struct SequenceState {
   Prefill p;
@@ -1114,6 +1187,7 @@ int64_t Sequence::length() const { return state_->p.length(); }
 void Sequence::truncate(int64_t len) { state_->p.truncate(len); }
 std::vector<float> Sequence::dspark_draft0() { return state_->p.dspark_draft0(); }
 StoredKv Sequence::stored_kv() const { return state_->p.stored(); }
+int64_t Sequence::decoder_replay_start() const { return state_->p.replay_start(); }
 std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count) {
   return state_->p.dspark_round(anchor, count);
 }

@@ -26,7 +26,21 @@ struct PrefillOptions {
   // reference to ~1e-15 before every rounding to fp32, so the QDQ rounding decisions match it
   // free-running; with the fp32 kernels a rounding-boundary flip early in the sequence spreads.
   bool double_accumulation = false;
+  // Decoder-side bounded replay (the CED split, deepinfer-system.md §2.3; 0 = off, the exact forward).
+  // A forward of more than K ids (a prompt, or the chunk that ends it) runs the decoder layers
+  // (decoder_first_layer() on) only on its last K positions, their window attention truncated at the
+  // replay start s; for the earlier positions only the first decoder layer's attention input, its
+  // compressor and index keys are computed (functions of the encoder output alone, so bitwise the
+  // exact ones). Chunks of at most K ids (decode) run every layer. An approximation: after a replay
+  // the sequence refuses to export or import state (nothing may cache it as exact), rollback below s
+  // and the teacher-forced draft head; only the last K rows of the replayed chunk have logits.
+  int64_t decoder_replay_tokens = 0;
 };
+
+// The first decoder layer of the CED split (model-v41.md §3.3): the last kv source, the only one the
+// layers at and after it read. Throws, saying why, for a config without that structure (no kv
+// source, or a V4 config whose compressed layers each compress for themselves).
+int64_t decoder_first_layer(const ModelConfig& c);
 
 struct SequenceState;
 
@@ -70,6 +84,10 @@ class Sequence {
   // the forwards kept; the sequence's last call.
   std::vector<float> dspark_draft0();
   StoredKv stored_kv() const;
+  // The start s of the latest decoder-side bounded replay (PrefillOptions::decoder_replay_tokens), -1
+  // when none ran: the decoder windows of positions before s were never computed (zero in stored_kv())
+  // and the state is approximate, so it is never exported as exact.
+  int64_t decoder_replay_start() const;
   // One DSpark draft round (§2.12) after the last position fed, anchored on the token that follows it
   // (not fed): the greedy drafts o_1 .. o_count (count <= dspark block size) for the positions after
   // the anchor. o_1 is the argmax of the teacher-forced draft 0 at that position. The state is unchanged.

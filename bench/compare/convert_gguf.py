@@ -12,9 +12,9 @@ metadata) to the converter:
   and added tokens from tokenizer.json and encodes/decodes through `dsinfer tokenize` on that same file, so
   the converter's pre-tokenizer check (the hash of a probe text's token ids) runs as written.
 - torch 1.13 has no float8 dtype: F8_E4M3 weights are read as their raw bytes, and the DeepSeek-V4 model
-  class's FP8 dequantization is replaced by one that decodes E4M3 through an exact 256-entry table and
-  multiplies by the 128x128 UE8M0 block scales, the same product the converter computes with torch's own
-  float8 dtype.
+  class's FP8 dequantization is replaced by this repository's reference decoder (reference/formats.py:
+  E4M3 values times their 128x128 UE8M0 block scales), the same product the converter computes with
+  torch's own float8 dtype.
 
 Usage (every argument after the environment goes to convert_hf_to_gguf.py):
   LLAMA_CPP=~/llama.cpp DSINFER_BIN=build/release/src/cli/dsinfer \\
@@ -31,22 +31,6 @@ from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-kBlock = 128  # FP8 weight block edge of the checkpoint format (quantization_config.weight_block_size)
-
-
-def e4m3_table():
-    """float32 value of every E4M3 (fn) byte: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities."""
-    values = []
-    for b in range(256):
-        sign = -1.0 if b & 0x80 else 1.0
-        exp, man = (b >> 3) & 0xF, b & 0x7
-        if exp == 0xF and man == 0x7:
-            values.append(float("nan"))
-        elif exp == 0:
-            values.append(sign * man / 8.0 * 2.0 ** -6)
-        else:
-            values.append(sign * (1.0 + man / 8.0) * 2.0 ** (exp - 7))
-    return values
 
 
 def safetensors_dtypes(model_dir):
@@ -146,7 +130,7 @@ def install_transformers_stand_in(binary):
 
 
 def install_fp8_dequant(torch, model_dir):
-    """Gives torch 1.13 the float8 names the converter refers to and dequantizes FP8 weights by table."""
+    """Gives torch 1.13 the float8 names the converter refers to and dequantizes FP8 weights with the reference decoder."""
     if hasattr(torch, "float8_e4m3fn"):
         return  # a torch with real float8 dtypes: the converter's own dequantization applies
     for name in ("float8_e4m3fn", "float8_e5m2"):
@@ -156,14 +140,14 @@ def install_fp8_dequant(torch, model_dir):
     from conversion.base import LazyTorchTensor
     from conversion.deepseek import DeepseekV4Model
 
-    table = torch.tensor(e4m3_table(), dtype=torch.float32)
+    sys.path.insert(0, os.path.join(REPO, "reference"))
+    import formats  # this repository's reference decoders, checked in reference/tests/test_formats.py
+
     fp8_names = {n for n, d in safetensors_dtypes(model_dir).items() if d == "F8_E4M3"}
 
     def dequant(weight, scale):
-        rows, cols = weight.shape
-        factor = torch.exp2(scale.to(torch.float32) - 127.0)  # UE8M0: a bare power-of-two exponent
-        factor = factor.repeat_interleave(kBlock, 0)[:rows].repeat_interleave(kBlock, 1)[:, :cols]
-        return torch.take(table, weight.to(torch.int64)) * factor
+        values = formats.decode_e4m3(weight.numpy())
+        return torch.from_numpy(formats.dequant_fp8_blocks(values, formats.decode_e8m0(scale.numpy()))).float()
 
     def dequant_model(self):
         for weight_name in sorted(fp8_names):

@@ -158,6 +158,32 @@ def dsinfer_batched(binary, model, threads, prompt, decode, parallel, numerics):
     return res, rss
 
 
+def print_table(samples, parallel, out, title):
+    metrics = []
+    for (metric, _side) in samples:
+        if metric not in metrics:
+            metrics.append(metric)
+    print(title, file=out)
+    print(f"{'':32} {'llama.cpp':>12} {'dsinfer':>12} {'dsinfer/llama':>14}   llama.cpp rounds | dsinfer rounds",
+          file=out)
+    for metric in metrics:
+        ll = samples.get((metric, "llama"))
+        ds = samples.get((metric, "dsinfer"))
+        lm = f"{statistics.median(ll):12.2f}" if ll else f"{'-':>12}"
+        dm = f"{statistics.median(ds):12.2f}" if ds else f"{'-':>12}"
+        ratio = f"{statistics.median(ds) / statistics.median(ll):.2f}x" if ll and ds and statistics.median(ll) > 0 else "-"
+        rounds = " | ".join(" ".join(f"{v:.2f}" for v in (vals or [])) for vals in (ll, ds))
+        print(f"{metric:32} {lm} {dm} {ratio:>14}   {rounds}", file=out)
+    one = f"batched decode x{parallel[0]} tok/s"
+    for b in parallel[1:]:
+        key = f"batched decode x{b} tok/s"
+        for side, name in (("llama", "llama.cpp"), ("dsinfer", "dsinfer")):
+            if (key, side) in samples and (one, side) in samples:
+                s = statistics.median(samples[(key, side)]) / statistics.median(samples[(one, side)])
+                print(f"{name} x{b} / x{parallel[0]}: {s:.2f}", file=out)
+    out.flush()
+
+
 def main():
     build = env("LLAMA_CPP_BUILD", required=True)
     gguf = env("LLAMA_GGUF", required=True)
@@ -198,27 +224,12 @@ def main():
                 add(f"batched decode x{b} tok/s", side, batched[b])
             add("peak RSS GiB (single run)", side, rss1 / 2**30)
             add("peak RSS GiB (batched run)", side, rss2 / 2**30)
+        # So far, on stderr: a run cut short still leaves its numbers.
+        print_table(samples, parallel, sys.stderr, f"after round {r + 1}:")
 
-    metrics = []
-    for (metric, _side) in samples:
-        if metric not in metrics:
-            metrics.append(metric)
-    print(f"\n{threads} threads, {repeats} interleaved rounds (medians), load now {os.getloadavg()[0]:.2f}, "
-          f"dsinfer numerics {numerics or 'default'}")
-    print(f"{'':32} {'llama.cpp':>12} {'dsinfer':>12} {'dsinfer/llama':>14}")
-    for metric in metrics:
-        ll = samples.get((metric, "llama"))
-        ds = samples.get((metric, "dsinfer"))
-        lm = f"{statistics.median(ll):12.2f}" if ll else f"{'-':>12}"
-        dm = f"{statistics.median(ds):12.2f}" if ds else f"{'-':>12}"
-        ratio = f"{statistics.median(ds) / statistics.median(ll):.2f}x" if ll and ds and statistics.median(ll) > 0 else "-"
-        print(f"{metric:32} {lm} {dm} {ratio:>14}")
-    for b in parallel[1:]:
-        key = f"batched decode x{b} tok/s"
-        one = f"batched decode x{parallel[0]} tok/s"
-        for side, name in (("llama", "llama.cpp"), ("dsinfer", "dsinfer")):
-            s = statistics.median(samples[(key, side)]) / statistics.median(samples[(one, side)])
-            print(f"{name} x{b} / x{parallel[0]}: {s:.2f}")
+    print_table(samples, parallel, sys.stdout,
+                f"\n{threads} threads, {repeats} interleaved rounds (medians; every round's value in the last "
+                f"columns), load now {os.getloadavg()[0]:.2f}, dsinfer numerics {numerics or 'default'}")
 
 
 if __name__ == "__main__":

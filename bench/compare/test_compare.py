@@ -1,4 +1,4 @@
-"""Checks of compare.py's output parsers on real output of the four benchmarks it runs.
+"""Checks of compare.py's output parsers on output of the four benchmarks it runs (dsinfer's: real runs).
 
 Run: /usr/bin/python3 -m unittest discover -s bench/compare -p 'test_*.py'
 """
@@ -37,6 +37,40 @@ does not distort)
 
 CSV and plots in bso
 """
+
+
+# llama-bench -o md (its markdown printer: one row per test, "t/s" last as "mean ± sd").
+LLAMA_BENCH = """\
+| model                          |       size |     params | backend    | threads |            test |                  t/s |
+| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |
+| deepseek4 ?B MXFP4 MoE         |   1.38 GiB |     1.47 B | CPU        |       2 |           pp512 |        101.25 ± 0.00 |
+| deepseek4 ?B MXFP4 MoE         |   1.38 GiB |     1.47 B | CPU        |       2 |            tg64 |         21.50 ± 0.00 |
+
+build: 571d0d5 (1)
+"""
+
+# llama-batched-bench (its row format: "|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |").
+LLAMA_BATCHED = """\
+main: n_kv_max = 3328, n_batch = 2048, n_ubatch = 512, flash_attn = -1, is_pp_shared = 0, n_gpu_layers = -1
+
+|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |
+|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|
+|   128 |     64 |    1 |    192 |    1.500 |    85.33 |    4.000 |    16.00 |    5.500 |    34.91 |
+|   128 |     64 |    4 |    768 |    6.000 |    85.33 |    8.000 |    32.00 |   14.000 |    54.86 |
+|   128 |     64 |   16 |   3072 |   24.000 |    85.33 |   20.480 |    50.00 |   44.480 |    69.06 |
+"""
+
+
+class LlamaParsers(unittest.TestCase):
+    def test_bench_reads_pp_and_tg(self):
+        self.assertEqual(compare.parse_llama_bench(LLAMA_BENCH), {"prefill": 101.25, "decode": 21.5})
+
+    def test_bench_without_tg_row_is_rejected(self):
+        text = "\n".join(line for line in LLAMA_BENCH.splitlines() if "tg64" not in line)
+        self.assertIsNone(compare.parse_llama_bench(text))
+
+    def test_batched_reads_decode_speed_over_all_sequences(self):
+        self.assertEqual(compare.parse_llama_batched(LLAMA_BATCHED), {1: 16.0, 4: 32.0, 16: 50.0})
 
 
 class DsinferParsers(unittest.TestCase):

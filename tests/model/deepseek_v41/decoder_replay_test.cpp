@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "../test_util.h"
+#include "small_v41.h"
 #include "model/deepseek_v41/prefill.h"
 #include "model/mkmodel.h"
 
@@ -16,22 +16,8 @@ namespace dsinfer::model::deepseek_v41 {
 namespace {
 
 using testing::TempDir;
-
-std::unique_ptr<Checkpoint> small_checkpoint(const TempDir& dir) {
-  ::setenv("DSINFER_HOME", dir.file("no_home").c_str(), 1);
-  MkModelOptions o;
-  o.config_path = testing::write_config(dir, testing::small_v41_config(), "src.json");
-  o.out_dir = dir.file("m");
-  o.seed = 3;
-  make_model(o);
-  return Checkpoint::open(o.out_dir);
-}
-
-std::vector<int32_t> prompt(int n) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 7919 + 13) % 512));
-  return ids;
-}
+using testing::small_v41_checkpoint;
+using testing::v41_prompt;
 
 PrefillOptions replay(int64_t k) {
   PrefillOptions o;
@@ -66,9 +52,9 @@ int64_t decoder_reach(const ModelConfig& c) {
 
 TEST(DecoderReplayV41, OffAndCoveringThePromptAreExact) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
-  const std::vector<int32_t> ids = prompt(40);
+  const std::vector<int32_t> ids = v41_prompt(40);
   const Outcome exact = run(*ck, map, ids, {});
   for (const int64_t k : {0, 40, 64}) {
     const Outcome got = run(*ck, map, ids, replay(k));
@@ -86,13 +72,13 @@ TEST(DecoderReplayV41, OffAndCoveringThePromptAreExact) {
 
 TEST(DecoderReplayV41, EncoderSideIsExactAndOnlyDecoderWindowsDiffer) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const ModelConfig& c = ck->config();
   const EngramTokenMap map = load_engram_token_map(ck->dir(), c);
   const int64_t T = 40, D = decoder_first_layer(c), reach = decoder_reach(c), hd = c.head_dim;
   ASSERT_EQ(D, 8);       // kv sources 2, 4, 6, 8 of the test config
   ASSERT_EQ(reach, 15);  // 2 decoder layers x (window 8 - 1) + 1
-  const std::vector<int32_t> ids = prompt(static_cast<int>(T));
+  const std::vector<int32_t> ids = v41_prompt(static_cast<int>(T));
   const Outcome exact = run(*ck, map, ids, {});
   for (const int64_t k : {int64_t{6}, reach - 1, reach}) {
     const Outcome got = run(*ck, map, ids, replay(k));
@@ -127,9 +113,9 @@ TEST(DecoderReplayV41, EncoderSideIsExactAndOnlyDecoderWindowsDiffer) {
 // the one-pass replay's rows bit for bit.
 TEST(DecoderReplayV41, AChunkedPromptEndingInAReplayGivesTheOnePassRows) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
-  const std::vector<int32_t> ids = prompt(40);
+  const std::vector<int32_t> ids = v41_prompt(40);
   const Outcome one = run(*ck, map, ids, replay(6));
   // Split at 30, the first chunk's decoder windows [24, 30) are within a window of the second replay's
   // start 34: only the truncation keeps them (and the one pass's zeros) out.
@@ -151,14 +137,14 @@ TEST(DecoderReplayV41, AChunkedPromptEndingInAReplayGivesTheOnePassRows) {
 
 TEST(DecoderReplayV41, TheApproximateStateIsNeverExported) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
   Sequence seq(*ck, &map, replay(6));
   // Only the last K rows exist: asking for more is refused before anything is fed.
-  std::string msg = testing::error_of([&] { seq.forward(prompt(20)); });
+  std::string msg = testing::error_of([&] { seq.forward(v41_prompt(20)); });
   EXPECT_NE(msg.find("last 6 positions only"), std::string::npos) << msg;
   EXPECT_EQ(seq.length(), 0);
-  ASSERT_EQ(seq.forward(prompt(20), 6).size(), static_cast<size_t>(6 * ck->config().vocab_size));
+  ASSERT_EQ(seq.forward(v41_prompt(20), 6).size(), static_cast<size_t>(6 * ck->config().vocab_size));
   EXPECT_EQ(seq.decoder_replay_start(), 14);
   msg = testing::error_of([&] { seq.export_range(0, 20); });
   EXPECT_NE(msg.find("bounded replay"), std::string::npos) << msg;
@@ -179,7 +165,7 @@ TEST(DecoderReplayV41, TheApproximateStateIsNeverExported) {
 
 TEST(DecoderReplayV41, RefusedWithoutTheEncoderDecoderStructure) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
   ModelConfig c = ck->config();
   c.roles[8].kv_source = 6;  // a decoder layer reading an encoder layer's compressed KV

@@ -8,29 +8,15 @@
 
 #include <cmath>
 
-#include "../test_util.h"
+#include "small_v41.h"
 #include "model/mkmodel.h"
 
 namespace dsinfer::model::deepseek_v41 {
 namespace {
 
 using testing::TempDir;
-
-std::unique_ptr<Checkpoint> small_checkpoint(const TempDir& dir) {
-  ::setenv("DSINFER_HOME", dir.file("no_home").c_str(), 1);
-  MkModelOptions o;
-  o.config_path = testing::write_config(dir, testing::small_v41_config(), "src.json");
-  o.out_dir = dir.file("m");
-  o.seed = 3;
-  make_model(o);
-  return Checkpoint::open(o.out_dir);
-}
-
-std::vector<int32_t> prompt(int n) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 7919 + 13) % 512));
-  return ids;
-}
+using testing::small_v41_checkpoint;
+using testing::v41_prompt;
 
 double max_abs(const std::vector<float>& v, size_t n) {
   double m = 0;
@@ -40,10 +26,10 @@ double max_abs(const std::vector<float>& v, size_t n) {
 
 TEST(PrefillV41, APrefixAloneGivesThePrefixRows) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
   // 40 tokens: window 8 wraps, 20 ratio-2 entries (top-4 prunes), candidate budget 4 x 2 exceeded.
-  const std::vector<int32_t> ids = prompt(40);
+  const std::vector<int32_t> ids = v41_prompt(40);
   std::vector<float> draft_full, draft_part;
   const std::vector<float> full = prefill_logits(*ck, &map, ids, {}, &draft_full);
   const std::vector<int32_t> head(ids.begin(), ids.begin() + 23);
@@ -66,9 +52,9 @@ TEST(PrefillV41, APrefixAloneGivesThePrefixRows) {
 // gives the one-pass logits bit for bit, QDQ on.
 TEST(PrefillV41, ChunksDecodeAndRollbackGiveTheOnePassRows) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
-  const std::vector<int32_t> ids = prompt(40);
+  const std::vector<int32_t> ids = v41_prompt(40);
   std::vector<float> draft_full;
   const std::vector<float> full = prefill_logits(*ck, &map, ids, {}, &draft_full);
   for (const int chunk : {1, 5, 16}) {
@@ -101,20 +87,20 @@ TEST(PrefillV41, ChunksDecodeAndRollbackGiveTheOnePassRows) {
 
 TEST(PrefillV41, DsparkDraftIsTheLastCall) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
   Sequence seq(*ck, &map);
-  seq.forward(prompt(6));
+  seq.forward(v41_prompt(6));
   seq.dspark_draft0();
-  const std::string msg = testing::error_of([&] { seq.forward(prompt(3)); });
+  const std::string msg = testing::error_of([&] { seq.forward(v41_prompt(3)); });
   EXPECT_NE(msg.find("after the DSpark draft head"), std::string::npos) << msg;
 }
 
 TEST(PrefillV41, QdqSwitchActs) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 3);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
-  const std::vector<int32_t> ids = prompt(24);
+  const std::vector<int32_t> ids = v41_prompt(24);
   PrefillOptions off;
   off.qdq = false;
   const std::vector<float> a = prefill_logits(*ck, &map, ids), b = prefill_logits(*ck, &map, ids, off);
@@ -125,8 +111,8 @@ TEST(PrefillV41, QdqSwitchActs) {
 
 TEST(PrefillV41, NeedsTheTokenMapForEngram) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
-  const std::string msg = testing::error_of([&] { prefill_logits(*ck, nullptr, prompt(4)); });
+  auto ck = small_v41_checkpoint(dir, 3);
+  const std::string msg = testing::error_of([&] { prefill_logits(*ck, nullptr, v41_prompt(4)); });
   EXPECT_NE(msg.find("token map"), std::string::npos) << msg;
 }
 

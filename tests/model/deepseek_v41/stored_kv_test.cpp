@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "../test_util.h"
+#include "small_v41.h"
 #include "model/deepseek_v41/prefill.h"
 #include "model/mkmodel.h"
 
@@ -13,16 +13,8 @@ namespace dsinfer::model::deepseek_v41 {
 namespace {
 
 using testing::TempDir;
-
-std::unique_ptr<Checkpoint> small_checkpoint(const TempDir& dir) {
-  ::setenv("DSINFER_HOME", dir.file("no_home").c_str(), 1);
-  MkModelOptions o;
-  o.config_path = testing::write_config(dir, testing::small_v41_config(), "src.json");
-  o.out_dir = dir.file("m");
-  o.seed = 5;
-  make_model(o);
-  return Checkpoint::open(o.out_dir);
-}
+using testing::small_v41_checkpoint;
+using testing::v41_prompt;
 
 // Whether v is s times a value with `mbits` mantissa bits and magnitude <= qmax (s a power of two, so
 // exact in float): FP8 E4M3 (3, 448) or FP4 E2M1 (1, 6), normal range.
@@ -49,20 +41,14 @@ int64_t off_pow2_grid(const std::vector<float>& v, int64_t block, int mbits, dou
   return off;
 }
 
-std::vector<int32_t> prompt(int n) {
-  std::vector<int32_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((i * 7919 + 13) % 512));
-  return ids;
-}
-
 TEST(StoredKvV41, ShapesAndQdqGrids) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 5);
   const ModelConfig& c = ck->config();
   const EngramTokenMap map = load_engram_token_map(ck->dir(), c);
   const int64_t T = 40;
   Sequence seq(*ck, &map);
-  seq.forward(prompt(T));
+  seq.forward(v41_prompt(T));
   const StoredKv kv = seq.stored_kv();
   ASSERT_EQ(static_cast<int64_t>(kv.window.size()), c.num_hidden_layers);
   int64_t sources = 0;
@@ -86,15 +72,15 @@ TEST(StoredKvV41, ShapesAndQdqGrids) {
   PrefillOptions off;
   off.qdq = false;
   Sequence plain(*ck, &map, off);
-  plain.forward(prompt(T));
+  plain.forward(v41_prompt(T));
   EXPECT_GT(off_pow2_grid(plain.stored_kv().window.at(0), 32, 3, 448), 0);
 }
 
 TEST(StoredKvV41, ChunksAndRollbackStoreTheOnePassValues) {
   TempDir dir;
-  auto ck = small_checkpoint(dir);
+  auto ck = small_v41_checkpoint(dir, 5);
   const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
-  const std::vector<int32_t> ids = prompt(33);
+  const std::vector<int32_t> ids = v41_prompt(33);
   Sequence one(*ck, &map);
   one.forward(ids);
   Sequence chunked(*ck, &map);

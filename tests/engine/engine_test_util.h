@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -142,6 +143,20 @@ inline Outcome expected_outcome(ToyModel& model, const RequestSpec& spec, int32_
   }
   o.finish = FinishReason::kLength;
   return o;
+}
+
+// A request of exactly `max_tokens` tokens (EOS ignored): greedy, or sampled at `temperature` with
+// top-k 50 and `seed`.
+inline RequestSpec fixed_length_spec(std::vector<int32_t> prompt, int max_tokens, float temperature = 0,
+                                     uint64_t seed = 0) {
+  RequestSpec s;
+  s.prompt_ids = std::move(prompt);
+  s.max_tokens = max_tokens;
+  s.sampling.temperature = temperature;
+  s.sampling.seed = seed;
+  s.sampling.top_k = temperature > 0 ? 50 : 0;
+  s.ignore_eos = true;
+  return s;
 }
 
 }  // namespace dsinfer::engine::testing

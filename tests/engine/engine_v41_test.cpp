@@ -77,16 +77,6 @@ class EngineV41 : public ::testing::Test {
     return p;
   }
 
-  static RequestSpec spec(std::vector<int32_t> p, int max_tokens, float temperature = 0, uint64_t seed = 0) {
-    RequestSpec s;
-    s.prompt_ids = std::move(p);
-    s.max_tokens = max_tokens;
-    s.sampling.temperature = temperature;
-    s.sampling.seed = seed;
-    s.sampling.top_k = temperature > 0 ? 50 : 0;
-    s.ignore_eos = true;
-    return s;
-  }
 
   // Feeds tokens to a runner sequence; the logits of the last `rows` tokens.
   static std::vector<float> feed(SequenceState& seq, std::span<const int32_t> tokens, int32_t rows) {
@@ -168,7 +158,7 @@ TEST_F(EngineV41, DraftIsTheTeacherForcedDraftHead) {
 // distribution only: rejection sampling, tested on the toy model), also on a repeat resumed from the cache.
 TEST_F(EngineV41, SpeculationWithDsparkIsLossless) {
   std::mt19937 rng(11);
-  std::vector<RequestSpec> specs = {spec(prompt(rng, 20), 16), spec(prompt(rng, 150), 12), spec(prompt(rng, 60), 14)};
+  std::vector<RequestSpec> specs = {fixed_length_spec(prompt(rng, 20), 16), fixed_length_spec(prompt(rng, 150), 12), fixed_length_spec(prompt(rng, 60), 14)};
   std::vector<Outcome> want;
   for (const auto& s : specs) want.push_back(reference(s));
   for (int32_t k : {1, 4}) {
@@ -228,8 +218,8 @@ TEST_F(EngineV41, RunnerLogitsAreTheOnePassLogits) {
 // Greedy and seeded sampled requests, prefill chunked by max_batch_tokens, give the plain loop's tokens.
 TEST_F(EngineV41, ConcurrentRequestsMatchThePlainLoop) {
   std::mt19937 rng(2);
-  std::vector<RequestSpec> specs = {spec(prompt(rng, 5), 10), spec(prompt(rng, 140), 8, 0.8f, 3),
-                                    spec(prompt(rng, 200), 6), spec(prompt(rng, 40), 12, 1.0f, 4)};
+  std::vector<RequestSpec> specs = {fixed_length_spec(prompt(rng, 5), 10), fixed_length_spec(prompt(rng, 140), 8, 0.8f, 3),
+                                    fixed_length_spec(prompt(rng, 200), 6), fixed_length_spec(prompt(rng, 40), 12, 1.0f, 4)};
   EngineOptions o;
   o.max_batch_tokens = 64;
   auto engine = make_engine(runner(), o);
@@ -246,7 +236,7 @@ TEST_F(EngineV41, OutputsDoNotDependOnTheBatch) {
   std::mt19937 rng(3);
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 5; ++i) {
-    specs.push_back(spec(prompt(rng, 1 + static_cast<int>(rng() % 180)), 4 + static_cast<int>(rng() % 4),
+    specs.push_back(fixed_length_spec(prompt(rng, 1 + static_cast<int>(rng() % 180)), 4 + static_cast<int>(rng() % 4),
                          i % 2 ? 0.9f : 0.0f, 10 + i));
   }
   std::vector<Outcome> alone;
@@ -287,9 +277,9 @@ TEST_F(EngineV41, PrefixCacheHitIsBitwiseTheColdRun) {
   for (float temperature : {0.0f, 1.0f}) {
     EngineOptions o;
     auto engine = make_engine(runner(), o);
-    auto a = run_all(*engine, {spec(first, 2)});
+    auto a = run_all(*engine, {fixed_length_spec(first, 2)});
     ASSERT_EQ(a.size(), 1u);
-    const RequestSpec s = spec(second, 10, temperature, 21);
+    const RequestSpec s = fixed_length_spec(second, 10, temperature, 21);
     auto warm = run_all(*engine, {s});
     ASSERT_EQ(warm.size(), 1u);
     EXPECT_EQ(warm[0].cached, 128);
@@ -313,8 +303,8 @@ TEST_F(EngineV41, ReplayWithoutASnapshotIsExact) {
   b_prompt.insert(b_prompt.end(), tb.begin(), tb.end());
   EngineOptions o;
   auto engine = make_engine(runner(), o);
-  ASSERT_EQ(run_all(*engine, {spec(a_prompt, 2)}).size(), 1u);
-  const RequestSpec b = spec(b_prompt, 10);
+  ASSERT_EQ(run_all(*engine, {fixed_length_spec(a_prompt, 2)}).size(), 1u);
+  const RequestSpec b = fixed_length_spec(b_prompt, 10);
   auto out = run_all(*engine, {b});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].cached, 384 - 8);  // window 8 recomputed
@@ -336,7 +326,7 @@ TEST_F(EngineV41, ReplayWithoutASnapshotIsExact) {
 // it keeps publishing; a block of other tokens is refused.
 TEST_F(EngineV41, AdoptsOnlyABitwiseIdenticalBlock) {
   std::mt19937 rng(13);
-  const RequestSpec s = spec(prompt(rng, 200), 4);
+  const RequestSpec s = fixed_length_spec(prompt(rng, 200), 4);
   auto cold = runner()->new_sequence();
   feed(*cold, s.prompt_ids, 0);
   auto other = runner()->new_sequence();
@@ -352,7 +342,7 @@ TEST_F(EngineV41, AdoptsOnlyABitwiseIdenticalBlock) {
 TEST_F(EngineV41, PreemptionUnderATightBudgetKeepsOutputs) {
   std::mt19937 rng(5);
   std::vector<RequestSpec> specs;
-  for (int i = 0; i < 3; ++i) specs.push_back(spec(prompt(rng, 100), 40, i == 1 ? 0.7f : 0.0f, 5));
+  for (int i = 0; i < 3; ++i) specs.push_back(fixed_length_spec(prompt(rng, 100), 40, i == 1 ? 0.7f : 0.0f, 5));
   const ModelInfo& info = runner()->info();
   EngineOptions o;
   // Room for about one and a half requests of 140 positions (2 blocks + state + snapshot each).

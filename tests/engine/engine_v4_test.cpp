@@ -80,16 +80,6 @@ class EngineV4 : public ::testing::Test {
     return p;
   }
 
-  static RequestSpec spec(std::vector<int32_t> p, int max_tokens, float temperature = 0, uint64_t seed = 0) {
-    RequestSpec s;
-    s.prompt_ids = std::move(p);
-    s.max_tokens = max_tokens;
-    s.sampling.temperature = temperature;
-    s.sampling.seed = seed;
-    s.sampling.top_k = temperature > 0 ? 50 : 0;
-    s.ignore_eos = true;
-    return s;
-  }
 
   static TinyV4Checkpoint* checkpoint_;
   static std::shared_ptr<ModelRunner>* runner_;
@@ -130,8 +120,8 @@ TEST_F(EngineV4, ReportsTheModelLayout) {
 
 TEST_F(EngineV4, ConcurrentRequestsMatchThePlainLoop) {
   std::mt19937 rng(1);
-  std::vector<RequestSpec> specs = {spec(prompt(rng, 5), 12), spec(prompt(rng, 140), 10, 0.8f, 3),
-                                    spec(prompt(rng, 300), 8), spec(prompt(rng, 40), 20, 1.0f, 4)};
+  std::vector<RequestSpec> specs = {fixed_length_spec(prompt(rng, 5), 12), fixed_length_spec(prompt(rng, 140), 10, 0.8f, 3),
+                                    fixed_length_spec(prompt(rng, 300), 8), fixed_length_spec(prompt(rng, 40), 20, 1.0f, 4)};
   EngineOptions o;
   o.max_batch_tokens = 256;
   auto engine = make_engine(runner(), o);
@@ -148,7 +138,7 @@ TEST_F(EngineV4, OutputsDoNotDependOnTheBatch) {
   std::mt19937 rng(2);
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 8; ++i) {
-    specs.push_back(spec(prompt(rng, 1 + static_cast<int>(rng() % 300)), 6 + static_cast<int>(rng() % 6),
+    specs.push_back(fixed_length_spec(prompt(rng, 1 + static_cast<int>(rng() % 300)), 6 + static_cast<int>(rng() % 6),
                          i % 2 ? 0.9f : 0.0f, 10 + i));
   }
   std::vector<Outcome> alone;
@@ -189,7 +179,7 @@ TEST_F(EngineV4, FastNumericsOutputsDoNotDependOnTheBatchOrTheCache) {
   std::mt19937 rng(5);
   std::vector<RequestSpec> specs;
   for (int i = 0; i < 6; ++i) {
-    specs.push_back(spec(prompt(rng, 1 + static_cast<int>(rng() % 300)), 6 + static_cast<int>(rng() % 6),
+    specs.push_back(fixed_length_spec(prompt(rng, 1 + static_cast<int>(rng() % 300)), 6 + static_cast<int>(rng() % 6),
                          i % 2 ? 0.9f : 0.0f, 20 + i));
   }
   std::vector<Outcome> alone;
@@ -227,7 +217,7 @@ TEST_F(EngineV4, RepeatedPromptResumesBitwiseFromTheCache) {
   o.swa_replay = false;
   auto engine = make_engine(runner(), o);
   for (float temperature : {0.0f, 1.0f}) {
-    RequestSpec s = spec(prompt(rng, 300), 12, temperature, 77);
+    RequestSpec s = fixed_length_spec(prompt(rng, 300), 12, temperature, 77);
     auto cold = run_all(*engine, {s});
     auto warm = run_all(*engine, {s});
     ASSERT_EQ(cold.size(), 1u);
@@ -238,7 +228,7 @@ TEST_F(EngineV4, RepeatedPromptResumesBitwiseFromTheCache) {
     EXPECT_EQ(cold[0].tokens, reference(s).tokens);
   }
   // A second turn (prompt + answer + more) resumes at the first turn's last block boundary.
-  RequestSpec t1 = spec(prompt(rng, 250), 20);
+  RequestSpec t1 = fixed_length_spec(prompt(rng, 250), 20);
   auto a = run_all(*engine, {t1});
   ASSERT_EQ(a.size(), 1u);
   RequestSpec t2 = t1;
@@ -264,8 +254,8 @@ TEST_F(EngineV4, BoundedReplayStaysWithinTolerance) {
   b_prompt.insert(b_prompt.end(), tb.begin(), tb.end());
   EngineOptions o;
   auto engine = make_engine(runner(), o);
-  auto a = run_all(*engine, {spec(a_prompt, 2)});
-  RequestSpec b = spec(b_prompt, 16);
+  auto a = run_all(*engine, {fixed_length_spec(a_prompt, 2)});
+  RequestSpec b = fixed_length_spec(b_prompt, 16);
   auto out = run_all(*engine, {b});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].cached, 384 - 32);  // window 32 recomputed
@@ -302,7 +292,7 @@ TEST_F(EngineV4, BoundedReplayStaysWithinTolerance) {
 TEST_F(EngineV4, SpeculationWithMtpIsLossless) {
   std::mt19937 rng(5);
   std::vector<RequestSpec> specs;
-  for (int i = 0; i < 4; ++i) specs.push_back(spec(prompt(rng, 20 + 70 * i), 24));
+  for (int i = 0; i < 4; ++i) specs.push_back(fixed_length_spec(prompt(rng, 20 + 70 * i), 24));
   std::vector<Outcome> want;
   for (const auto& s : specs) want.push_back(reference(s));
   for (int32_t k : {1, 3}) {
@@ -331,8 +321,8 @@ TEST_F(EngineV4, OneRunnerServesTwoEnginesAtOnce) {
   auto shared = open_model(checkpoint_->dir());  // its own runner: the speculation setting outlives this test
   std::mt19937 rng(8);
   std::vector<RequestSpec> drafting, plain;
-  for (int i = 0; i < 3; ++i) drafting.push_back(spec(prompt(rng, 30 + 60 * i), 16));
-  for (int i = 0; i < 3; ++i) plain.push_back(spec(prompt(rng, 50 + 40 * i), 16, i == 1 ? 0.8f : 0.0f, 7));
+  for (int i = 0; i < 3; ++i) drafting.push_back(fixed_length_spec(prompt(rng, 30 + 60 * i), 16));
+  for (int i = 0; i < 3; ++i) plain.push_back(fixed_length_spec(prompt(rng, 50 + 40 * i), 16, i == 1 ? 0.8f : 0.0f, 7));
   EngineOptions with_drafts;
   with_drafts.speculation = true;
   with_drafts.draft_tokens = 2;
@@ -358,7 +348,7 @@ TEST_F(EngineV4, OneRunnerServesTwoEnginesAtOnce) {
 TEST_F(EngineV4, PreemptionUnderATightBudgetKeepsOutputs) {
   std::mt19937 rng(6);
   std::vector<RequestSpec> specs;
-  for (int i = 0; i < 4; ++i) specs.push_back(spec(prompt(rng, 200), 70));
+  for (int i = 0; i < 4; ++i) specs.push_back(fixed_length_spec(prompt(rng, 200), 70));
   const ModelInfo& info = runner()->info();
   EngineOptions o;
   // Room for about two requests of 270 positions (3 blocks + state + snapshot each).

@@ -403,19 +403,11 @@ class Prefill {
 
   // ---- end of state ranges ----
 
-  // §2.12 one draft round after the last position p = length() - 1 with the anchor (the token at p+1,
-  // not fed): the greedy Markov chain o_1 .. o_count. Rings only for the W positions the round sees;
-  // every product is row-wise, so o_1 is bitwise the argmax of dspark_draft0's row p. Leaves the
-  // sequence's state as it was (only chunk scratch is written).
-  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count) {
-    DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
-    DSINFER_CHECK(!drafted_, "V4.1 DSpark: the sequence's teacher-forced draft head already ran");
-    DSINFER_CHECK(length() >= 1, "V4.1 DSpark: a draft round needs a committed position");
-    DSINFER_CHECK(anchor >= 0 && anchor < c_.vocab_size, "V4.1 DSpark: anchor ", anchor, " out of range");
-    const int64_t B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim, W = c_.sliding_window;
-    DSINFER_CHECK(count >= 1 && count <= B, "V4.1 DSpark: ", count, " drafts asked, a round makes 1 to ", B);
-    // After a decoder replay the taps before its start may be missing: the rings are truncated there too.
-    const int64_t p = length() - 1, q0 = std::max<int64_t>(decoder_from_, p - W + 1), nq = p - q0 + 1;
+  // The DSpark stage rings (§2.12) from the taps of positions q0 .. q0+nq-1: main_proj of each position's
+  // concatenated taps, then per stage wkv -> kv_norm -> RoPE at the position (-> its QDQ); row t of
+  // rings_[s] is position q0 + t.
+  void build_rings(int64_t q0, int64_t nq) {
+    const int64_t hd = c_.head_dim, rd = c_.qk_rope_head_dim;
     const int64_t nt = static_cast<int64_t>(taps_.size());
     Vec hidden(static_cast<size_t>(nq * nt * d_));
     for (int64_t t = 0; t < nq; ++t) {
@@ -437,14 +429,13 @@ class Prefill {
       }
       rings_.push_back(std::move(ring));
     }
-    ring0_ = q0;
-    ring_len_ = nq;
-    round0_ = p;
-    block_ = B;
-    std::vector<int64_t> block_ids(static_cast<size_t>(B), c_.dspark->noise_token_id);
-    block_ids[0] = anchor;
+  }
+
+  // The DSpark stages over draft-block rows `block_ids` (their embeddings into every stream), through
+  // every stage block; the collapsed stream [rows, d].
+  Vec run_stages(const std::vector<int64_t>& block_ids) {
     const Vec e = w_.rows("embed.weight", block_ids);
-    T_ = B;
+    T_ = static_cast<int64_t>(block_ids.size());
     X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
     for (int64_t n = 0; n < T_; ++n) {
       for (int64_t j = 0; j < hc_; ++j) std::copy_n(e.data() + n * d_, d_, X_.data() + (n * hc_ + j) * d_);
@@ -452,9 +443,32 @@ class Prefill {
     std::vector<double> pre_in(static_cast<size_t>(T_ * hc_), 0.0);
     for (int64_t n = 0; n < T_; ++n) pre_in[n * hc_] = 1.0;
     for (int64_t s = 0; s < c_.n_mtp_layers; ++s) pre_in = block(c_.num_hidden_layers + s, pre_in);
+    return collapse(pre_in);
+  }
+
+  // §2.12 one draft round after the last position p = length() - 1 with the anchor (the token at p+1,
+  // not fed): the greedy Markov chain o_1 .. o_count. Rings only for the W positions the round sees;
+  // every product is row-wise, so o_1 is bitwise the argmax of dspark_draft0's row p. Leaves the
+  // sequence's state as it was (only chunk scratch is written).
+  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count) {
+    DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
+    DSINFER_CHECK(!drafted_, "V4.1 DSpark: the sequence's teacher-forced draft head already ran");
+    DSINFER_CHECK(length() >= 1, "V4.1 DSpark: a draft round needs a committed position");
+    DSINFER_CHECK(anchor >= 0 && anchor < c_.vocab_size, "V4.1 DSpark: anchor ", anchor, " out of range");
+    const int64_t B = c_.dspark->block_size, W = c_.sliding_window;
+    DSINFER_CHECK(count >= 1 && count <= B, "V4.1 DSpark: ", count, " drafts asked, a round makes 1 to ", B);
+    // After a decoder replay the taps before its start may be missing: the rings are truncated there too.
+    const int64_t p = length() - 1, q0 = std::max<int64_t>(decoder_from_, p - W + 1), nq = p - q0 + 1;
+    build_rings(q0, nq);
+    ring0_ = q0;
+    ring_len_ = nq;
+    round0_ = p;
+    block_ = B;
+    std::vector<int64_t> block_ids(static_cast<size_t>(B), c_.dspark->noise_token_id);
+    block_ids[0] = anchor;
+    Vec h = run_stages(block_ids);
     round0_ = 0;  // dspark_draft0's rounds start at 0 with rings from position 0
     ring0_ = 0;
-    Vec h = collapse(pre_in);
     h.resize(static_cast<size_t>(count * d_));  // rows 0 .. count-1 predict the drafts
     const std::string last = core::str_cat("mtp.", c_.n_mtp_layers - 1, ".");
     const Vec U = matmul(pool_, rms_norm(h, d_, w_.vec(last + "norm.weight"), c_.rms_norm_eps), count,
@@ -492,41 +506,14 @@ class Prefill {
     round0_ = ring0_ = 0;  // rounds from position 0, rings from position 0 (dspark_round moves them)
     T_ = length();
     DSINFER_CHECK(T_ >= 2, "V4.1 DSpark: needs at least 2 prompt tokens");
-    const int64_t P = T_ - 1, B = c_.dspark->block_size, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
-    const int64_t nt = static_cast<int64_t>(taps_.size());
-    Vec hidden(static_cast<size_t>(T_ * nt * d_));
-    for (int64_t t = 0; t < T_; ++t) {
-      for (int64_t i = 0; i < nt; ++i) std::copy_n(taps_[i].data() + t * d_, d_, hidden.data() + (t * nt + i) * d_);
-    }
-    const Vec main_x = rms_norm(matmul(pool_, hidden, T_, w_.linear("mtp.0.main_proj")), d_,
-                                w_.vec("mtp.0.main_norm.weight"), c_.rms_norm_eps);
-    const std::vector<float> f = inv_freqs(c_, 0);
-    rings_.clear();
-    for (int64_t s = 0; s < c_.n_mtp_layers; ++s) {
-      const std::string p = core::str_cat("mtp.", s, ".attn.");
-      Vec ring = rms_norm(matmul(pool_, main_x, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"),
-                          c_.rms_norm_eps);
-      for (int64_t t = 0; t < T_; ++t) {
-        rope(ring.data() + t * hd, hd, rd, f, t);
-        if (opt_.qdq) qdq_pow2(ring.data() + t * hd, hd, 32, true);
-      }
-      rings_.push_back(std::move(ring));
-    }
+    const int64_t P = T_ - 1, B = c_.dspark->block_size;
+    build_rings(0, T_);
     // The draft blocks of all rounds as rows p * B + k (rounds are independent).
     ring_len_ = T_;
     block_ = B;
     std::vector<int64_t> block_ids(static_cast<size_t>(P * B), c_.dspark->noise_token_id);
     for (int64_t p = 0; p < P; ++p) block_ids[p * B] = ids_[p + 1];
-    const Vec e = w_.rows("embed.weight", block_ids);
-    T_ = P * B;
-    X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
-    for (int64_t n = 0; n < T_; ++n) {
-      for (int64_t j = 0; j < hc_; ++j) std::copy_n(e.data() + n * d_, d_, X_.data() + (n * hc_ + j) * d_);
-    }
-    std::vector<double> pre_in(static_cast<size_t>(T_ * hc_), 0.0);
-    for (int64_t n = 0; n < T_; ++n) pre_in[n * hc_] = 1.0;
-    for (int64_t s = 0; s < c_.n_mtp_layers; ++s) pre_in = block(c_.num_hidden_layers + s, pre_in);
-    const Vec h = collapse(pre_in);
+    const Vec h = run_stages(block_ids);
     Vec h0(static_cast<size_t>(P * d_));
     for (int64_t p = 0; p < P; ++p) std::copy_n(h.data() + (p * B) * d_, d_, h0.data() + p * d_);
     const std::string last = core::str_cat("mtp.", c_.n_mtp_layers - 1, ".");

@@ -180,7 +180,7 @@ TEST(EngineFaults, AModelFaultEndsOnlyTheRequestsOfItsStep) {
       {Phase::kNewSequence, 5, false}, {Phase::kNewSequence, 9, true}, {Phase::kAttach, 3, false},
       {Phase::kForward, 6, false},     {Phase::kForward, 11, true},    {Phase::kDraft, 4, false},
       {Phase::kTruncate, 3, false},    {Phase::kBlock, 5, false},      {Phase::kSnapshot, 4, true},
-      {Phase::kAdoptBlock, 2, false},
+      {Phase::kAdoptBlock, 1, false},
   };
   ToyConfig cfg;
   ToyModel reference(cfg);

@@ -108,6 +108,7 @@ class FaultyModel final : public ModelRunner {
   int64_t fired() const { return fired_.load(); }
   int64_t faulted_items() const { return faulted_items_.load(); }  // sequences in the call that threw
   const ToyModel& inner() const { return inner_; }
+  ToyModel& inner() { return inner_; }
 
  private:
   bool hit(Phase p, int64_t items) {
@@ -180,8 +181,7 @@ TEST(EngineFaults, AModelFaultEndsOnlyTheRequestsOfItsStep) {
       {Phase::kNewSequence, 5, false}, {Phase::kNewSequence, 9, true}, {Phase::kAttach, 3, false},
       {Phase::kForward, 6, false},     {Phase::kForward, 11, true},    {Phase::kDraft, 4, false},
       {Phase::kTruncate, 3, false},    {Phase::kBlock, 5, false},      {Phase::kSnapshot, 4, true},
-      {Phase::kAdoptBlock, 1, false},
-  };
+  };  // adopt_block needs a schedule this workload does not force: its own test below
   ToyConfig cfg;
   ToyModel reference(cfg);
   for (const Fault& fault : faults) {
@@ -233,6 +233,84 @@ TEST(EngineFaults, AModelFaultEndsOnlyTheRequestsOfItsStep) {
       EXPECT_EQ(m.waiting, 0);
       EXPECT_EQ(m.kv_bytes_used, m.extra.at("prefix_cache_bytes"));  // nothing left charged to requests
     }
+  }
+}
+
+// adopt_block runs only when two requests computed one block in flight at once, which a free-running
+// workload gets only when its submissions happen to beat the engine's first plan. Here a first request
+// holds the engine inside its forward until both sharers are queued, so the next plan takes them together
+// on every run (in the overlap mode too: the plan after the held step cannot see their blocks published).
+TEST(EngineFaults, AnAdoptBlockFaultEndsOnlyTheRequestThatAdopted) {
+  ToyConfig cfg;
+  ToyModel reference(cfg);
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "overlap" : "sequential");
+    auto model = std::make_shared<FaultyModel>(cfg, Fault{Phase::kAdoptBlock, 1, false});
+    std::promise<void> entered, open;
+    std::shared_future<void> opened = open.get_future().share();
+    std::once_flag first;
+    model->inner().before_forward = [&, opened] {
+      std::call_once(first, [&] { entered.set_value(); });
+      opened.wait();
+    };
+    EngineOptions o;
+    o.kv_budget_bytes = 1 << 24;
+    o.max_batch_tokens = 64;  // both sharers' prompts (and the holder's decode) fit one step
+    o.max_running = 8;
+    o.overlap_scheduling = overlap;
+    o.swa_replay = false;
+    auto engine = make_engine(model, o);
+    bool released = false;
+    auto release = [&] {
+      if (!released) open.set_value();
+      released = true;
+    };
+    // Destroyed before the engine: an early return must not leave its step held in the forward.
+    std::unique_ptr<void, std::function<void(void*)>> guard(&released, [&](void*) { release(); });
+
+    std::vector<int32_t> block(cfg.block_tokens);
+    for (size_t i = 0; i < block.size(); ++i) block[i] = 2 + static_cast<int32_t>((7 * i + 3) % (cfg.vocab - 2));
+    std::vector<RequestSpec> specs;
+    specs.push_back(fixed_length_greedy({5, 6, 7}, 2));  // the holder: shares nothing
+    for (int32_t tail : {11, 23}) {
+      std::vector<int32_t> p = block;
+      for (int32_t k = 0; k < 4; ++k) p.push_back(tail + k);
+      specs.push_back(fixed_length_greedy(p, 4));
+    }
+    Collector c;
+    c.expect(specs.size());
+    ASSERT_EQ(engine->submit(specs[0], c.callback(0)).status, SubmitStatus::kAccepted);
+    entered.get_future().wait();  // the holder's step is in its forward: no later plan has run
+    for (size_t i = 1; i < specs.size(); ++i) {
+      ASSERT_EQ(engine->submit(specs[i], c.callback(i)).status, SubmitStatus::kAccepted);
+    }
+    release();
+    ASSERT_TRUE(c.wait());
+    EXPECT_EQ(model->fired(), 1) << "the second sharer must have adopted the first one's block";
+    int errors = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const Outcome got = c.get(i), want = expected_outcome(reference, specs[i], cfg.eos);
+      if (got.finish == FinishReason::kError) {
+        ++errors;
+        EXPECT_NE(i, 0u) << "the holder computed no shared block";
+        EXPECT_NE(got.error.find("injected fault"), std::string::npos) << got.error;
+        EXPECT_TRUE(is_prefix(got.tokens, want.tokens)) << "request " << i;
+      } else {
+        EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
+        EXPECT_EQ(got.finish, want.finish) << "request " << i;
+      }
+    }
+    EXPECT_EQ(errors, 1);
+    // The cache kept the first sharer's block: a later request attaches it and gets the reference.
+    const std::vector<RequestSpec> later = {specs[1]};
+    const auto out = run_all(*engine, later);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].tokens, expected_outcome(reference, specs[1], cfg.eos).tokens);
+    engine->shutdown(true);
+    EXPECT_EQ(model->inner().live_sequences(), 0);
+    const EngineMetrics m = engine->metrics();
+    EXPECT_EQ(m.running, 0);
+    EXPECT_EQ(m.kv_bytes_used, m.extra.at("prefix_cache_bytes"));
   }
 }
 

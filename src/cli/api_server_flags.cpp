@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/config.h"
+#include "model/registry.h"
 #include "server/api_errors.h"
 
 namespace dsinfer::cli {
@@ -36,7 +38,7 @@ void add_api_server_flags(Args& args, const char* api_key_help) {
   args.option("io-threads", "N", "threads for network I/O and streaming output", "2");
   args.option("prep-threads", "N", "threads that convert, render and encode incoming requests", "2");
   args.option("prompt-version", "v4|v41",
-              "prompt template: V4 or V4.1 (default: serve the checkpoint's architecture's, router v4)");
+              "prompt template: V4 or V4.1 (default: the template of the architecture in the model's config.json)");
   args.flag("no-thinking", "requests that do not choose get thinking mode off (default: on, as deepseek-recipe)");
   args.flag("deepseek-usage-chunk",
             "streamed Chat Completions carry usage on the finish chunk, always (DeepSeek's API); default: OpenAI's "
@@ -92,6 +94,13 @@ ApiServerFlags read_api_server_flags(const Args& args, const char* command) {
   opt.responses_store_bytes = args.get_int("responses-store-bytes", 0, int64_t{1} << 40);
   f.drain = seconds_flag(args, "shutdown-timeout", command);
   return f;
+}
+
+void resolve_prompt_version(const Args& args, const model::ModelConfig& config, server::ApiServerOptions& options) {
+  if (args.has("prompt-version")) return;
+  options.prompt_version = model::architecture_info(config.arch).tokenizer_version == "v41"
+                               ? recipe::PromptVersion::kV41
+                               : recipe::PromptVersion::kV4;
 }
 
 std::string model_dir_name(const std::string& model_dir) {

@@ -11,6 +11,10 @@
 #include "cli/args.h"
 #include "server/api_server.h"
 
+namespace dsinfer::model {
+struct ModelConfig;
+}
+
 namespace dsinfer::cli {
 
 // --served-model-name .. --responses-store-bytes; api_key_help documents --api-key for this command.
@@ -26,6 +30,11 @@ ApiServerFlags read_api_server_flags(const Args& args, const char* command);
 // A SECONDS flag, bounded so that the conversion to milliseconds cannot overflow (a million seconds is
 // 11 days).
 std::chrono::milliseconds seconds_flag(const Args& args, const char* name, const char* command);
+
+// Without --prompt-version, sets the template of the model's architecture (the registry's tokenizer
+// version): a V4.1 checkpoint gets the V4.1 template and control tokens. One decision for serve and
+// router, which render the same requests for the same model.
+void resolve_prompt_version(const Args& args, const model::ModelConfig& config, server::ApiServerOptions& options);
 
 // The model's default name: its directory's name.
 std::string model_dir_name(const std::string& model_dir);

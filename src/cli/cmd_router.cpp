@@ -160,6 +160,7 @@ int run_router(int argc, char** argv) {
   opt.model_names = served_model_names(args, default_name);
 
   const model::ModelConfig config = model::ModelConfig::load((fs::path(model_dir) / "config.json").string());
+  resolve_prompt_version(args, config, opt);
   fs::path tok_path = fs::path(model_dir) / "tokenizer.json";
   if (!fs::is_regular_file(tok_path)) {
     DSINFER_LOG_WARN("router: ", model_dir, " has no tokenizer.json; using the V4 tokenizer");

@@ -22,7 +22,6 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "model/config.h"
-#include "model/registry.h"
 #if DSINFER_ENGINE_HAVE_V4
 #include "engine/deepseek_v4/v4_runner.h"
 #endif
@@ -146,13 +145,7 @@ int run_serve(int argc, char** argv) {
     model_dir = made.dir;
   }
   opt.model_names = served_model_names(args, default_name);
-  // Without --prompt-version the template follows the checkpoint's architecture (the registry's
-  // tokenizer version): a V4.1 checkpoint gets the V4.1 template and control tokens.
-  if (!args.has("prompt-version")) {
-    const model::ModelConfig config = model::ModelConfig::load(model_dir + "/config.json");
-    opt.prompt_version = model::architecture_info(config.arch).tokenizer_version == "v41" ? recipe::PromptVersion::kV41
-                                                                                          : recipe::PromptVersion::kV4;
-  }
+  resolve_prompt_version(args, model::ModelConfig::load(model_dir + "/config.json"), opt);
 
 #if !DSINFER_ENGINE_HAVE_V4
   core::fail("dsinfer serve: this build has no DeepSeek-V4 engine (src/engine/deepseek_v4)");

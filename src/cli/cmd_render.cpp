@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 
 #include "cli/args.h"
@@ -21,9 +22,11 @@ int run_render(int argc, char** argv) {
                       "conversation, the prompt and its token ids.");
   args.option("version", "v4|v41", "prompt template and tokenizer version", "v41");
   args.option("protocol", "chat|responses|messages", "request protocol (default: detect from the body)");
-  args.option("tokenizer", "FILE", "tokenizer.json to encode with (default: the built one for --version)");
+  args.option("tokenizer", "FILE",
+              "tokenizer.json to encode with (default: the built one for --version); its spelling of the image "
+              "token 129264 is the image placeholder (<｜deepseek_image｜> in the released V4.1 tokenizer.json)");
   args.option("npm-base", "FILE", "DeepSeek V3 tokenizer.json to build the tokenizer from when none is built");
-  args.flag("no-ids", "print the prompt only; do not load a tokenizer");
+  args.flag("no-ids", "print the prompt only; do not load a tokenizer (images: the recipe's <｜image｜>)");
   args.flag("json", "print one JSON object {protocol, request, prompt, image_sources, special_ranges, ids}");
   args.flag("single-pass", "also encode the 0.1.x way (added tokens matched anywhere) and report differences");
   if (!args.parse(argc, argv)) return args.exit_code();
@@ -56,15 +59,21 @@ int run_render(int argc, char** argv) {
     std::printf("%s\n", recipe::to_compact_json(e.http_body()).c_str());
     return 1;
   }
-  const recipe::RenderedPrompt rendered = recipe::render_conversation(converted.request.conversation, version);
-
-  std::optional<std::vector<int32_t>> ids;
-  std::optional<std::vector<int32_t>> single_pass;
+  // The tokenizer first: it decides how the image placeholder is spelled (the released V4.1 tokenizer.json
+  // has <｜deepseek_image｜>, the recipe's tables <｜image｜>).
+  std::unique_ptr<tokenizer::Tokenizer> tok;
   if (!args.has("no-ids")) {
     recipe::TokenizerSources sources;
     sources.file = args.get_optional("tokenizer");
     sources.npm_base = args.get_optional("npm-base");
-    const auto tok = recipe::load_deepseek_tokenizer(version_name, sources);
+    tok = recipe::load_deepseek_tokenizer(version_name, sources);
+  }
+  const recipe::RenderedPrompt rendered = recipe::render_conversation(
+      converted.request.conversation, version, tok ? recipe::image_placeholder(*tok) : recipe::kImagePlaceholder);
+
+  std::optional<std::vector<int32_t>> ids;
+  std::optional<std::vector<int32_t>> single_pass;
+  if (tok) {
     const recipe::PromptEncoder encoder(*tok);
     ids = encoder.encode(rendered);
     if (args.has("single-pass")) single_pass = encoder.encode_single_pass(rendered.prompt);

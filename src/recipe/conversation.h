@@ -13,6 +13,10 @@
 namespace dsinfer::recipe {
 
 inline constexpr const char* kImagePlaceholder = "<\xEF\xBD\x9Cimage\xEF\xBD\x9C>";  // <｜image｜>
+// The image token's id (model-v41.md `image_token_id`) and its spelling in the released V4.1
+// tokenizer.json, where the recipe's <｜image｜> is not a token (recipe.md §9 item 4).
+inline constexpr int32_t kImageTokenId = 129264;
+inline constexpr const char* kReleasedV41ImagePlaceholder = "<\xEF\xBD\x9C" "deepseek_image\xEF\xBD\x9C>";
 
 enum class ImageDetail { kLow, kHigh, kOriginal, kAuto };
 

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "recipe/conversation.h"
@@ -23,13 +24,17 @@ struct SpecialRange {
 
 struct RenderedPrompt {
   std::string prompt;
-  std::vector<ImageSource> image_sources;  // prompt order, one per <｜image｜> placeholder
+  std::vector<ImageSource> image_sources;  // prompt order, one per image placeholder
   // Ascending, non-overlapping: the template's control tokens (BOS, role tokens, <think>, </think>, EOS,
   // ｜DSML｜, the latest-reminder token) and one placeholder per image source. Client text is never here.
   std::vector<SpecialRange> special_ranges;
 };
 
-RenderedPrompt render_conversation(const Conversation& conversation, PromptVersion version);
+// `image_placeholder` spells the image token (id 129264) in the prompt: the recipe's <｜image｜> (its
+// goldens, V4 and V4.1) unless the model's tokenizer spells it otherwise (the released V4.1 tokenizer.json
+// has <｜deepseek_image｜>; image_placeholder(tokenizer) in tokenizer_loader.h picks it).
+RenderedPrompt render_conversation(const Conversation& conversation, PromptVersion version,
+                                   std::string_view image_placeholder = kImagePlaceholder);
 
 const char* to_string(PromptVersion version);
 

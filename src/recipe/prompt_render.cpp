@@ -41,7 +41,8 @@ Tags tags_for(PromptVersion version) {
 // Appends text and records the control tokens the template writes.
 class PromptWriter {
  public:
-  explicit PromptWriter(PromptVersion version) : version_(version) {}
+  PromptWriter(PromptVersion version, std::string_view image_placeholder)
+      : version_(version), image_placeholder_(image_placeholder) {}
 
   // Template text: every control-token spelling in it is a control token.
   void templ(std::string_view text) {
@@ -70,7 +71,9 @@ class PromptWriter {
   // Client-controlled text: never a control token.
   void content(std::string_view text) { out_.prompt.append(text); }
 
-  // User/tool content whose first `images` placeholders stand for image sources.
+  // User/tool content whose first `images` placeholders stand for image sources. The conversion always
+  // writes the recipe's <｜image｜> (client text never holds it: the conversion refuses it); the prompt
+  // gets the model's spelling of the image token.
   void content_with_images(std::string_view text, size_t images) {
     const std::string_view placeholder(kImagePlaceholder);
     size_t pos = 0;
@@ -78,7 +81,7 @@ class PromptWriter {
       const size_t at = text.find(placeholder, pos);
       if (at == std::string_view::npos) break;
       content(text.substr(pos, at - pos));
-      special(placeholder);
+      special(image_placeholder_);
       pos = at + placeholder.size();
       --images;
     }
@@ -101,6 +104,7 @@ class PromptWriter {
   }
 
   PromptVersion version_;
+  std::string_view image_placeholder_;
   RenderedPrompt out_;
 };
 
@@ -271,7 +275,8 @@ void write_tool_calls(PromptWriter& w, const std::vector<ToolCall>& calls, const
 
 const char* to_string(PromptVersion version) { return version == PromptVersion::kV4 ? "v4" : "v41"; }
 
-RenderedPrompt render_conversation(const Conversation& conversation, PromptVersion version) {
+RenderedPrompt render_conversation(const Conversation& conversation, PromptVersion version,
+                                   std::string_view image_placeholder) {
   const Tags tags = tags_for(version);
   std::vector<Normalized> messages = normalize(conversation.messages, version);
   const bool has_tools = conversation.tool_choice != ToolChoice::kNone && !conversation.tools.empty();
@@ -291,7 +296,7 @@ RenderedPrompt render_conversation(const Conversation& conversation, PromptVersi
     }
   }
 
-  PromptWriter w(version);
+  PromptWriter w(version, image_placeholder);
   const char* system_token = version == PromptVersion::kV41 ? kSystem : "";
   w.templ(kBos);
   bool continued = false;  // the last message is a prefix the model continues

@@ -32,6 +32,12 @@ void check_template_tokens(const tokenizer::Tokenizer& tok, PromptVersion versio
                 " (a tokenizer.json of another model?)");
 }
 
+std::string image_placeholder(const tokenizer::Tokenizer& tok) {
+  for (const auto& t : tok.added_tokens())
+    if (t.id == kImageTokenId) return t.content;
+  return kImagePlaceholder;
+}
+
 std::unique_ptr<tokenizer::Tokenizer> load_prompt_tokenizer(const std::string& path, PromptVersion version) {
   auto tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_file(path));
   check_template_tokens(*tok, version, path);

@@ -35,6 +35,11 @@ std::vector<std::string_view> template_control_tokens(PromptVersion version);
 // without them must stop the server at start, not turn every request into a client error.
 void check_template_tokens(const tokenizer::Tokenizer& tok, PromptVersion version, std::string_view source);
 
+// How `tok` spells the image token (kImageTokenId) — the placeholder render_conversation must write for
+// this model: <｜image｜> in the recipe's V4 and V4.1 tables, <｜deepseek_image｜> in the released V4.1
+// tokenizer.json. The recipe's <｜image｜> when `tok` has no added token with that id.
+std::string image_placeholder(const tokenizer::Tokenizer& tok);
+
 // A model's tokenizer.json for prompts of `version`: loaded, then checked as above.
 std::unique_ptr<tokenizer::Tokenizer> load_prompt_tokenizer(const std::string& path, PromptVersion version);
 

@@ -2,9 +2,13 @@
 // from the template, client text encodes as plain BPE.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "core/error.h"
 #include "recipe/convert.h"
 #include "recipe/prompt.h"
 #include "recipe/prompt_encoder.h"
+#include "recipe/tokenizer_loader.h"
 #include "test_tokenizers.h"
 
 namespace dsinfer::recipe {
@@ -134,6 +138,77 @@ TEST(Prompt, E6ImagePlaceholders) {
   if (!tok) return;
   EXPECT_EQ(PromptEncoder(*tok).encode(p),
             (std::vector<int32_t>{0, 128803, 3085, 344, 566, 1240, 129264, 271, 129264, 128804, 128822}));
+}
+
+// The image placeholder is the model's spelling of id 129264 (recipe.md §9 item 4): <｜image｜> in the
+// recipe's V4 and V4.1 tables, <｜deepseek_image｜> in the released V4.1 tokenizer.json, where <｜image｜> is
+// not a token at all (so a prompt rendered with it cannot be encoded for that model).
+Conversation two_images() {
+  return convert_request_text(Protocol::kMessages, R"({"model":"m","thinking":{"type":"disabled"},
+      "messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},
+        {"type":"image","source":{"type":"url","url":"https://example.com/a.png"}},
+        {"type":"image","source":{"type":"url","url":"https://example.com/b.png"}}]}]})").request.conversation;
+}
+const std::string kImageS = "<\xEF\xBD\x9Cimage\xEF\xBD\x9C>";
+const std::string kDeepseekImageS = "<\xEF\xBD\x9C" "deepseek_image\xEF\xBD\x9C>";
+
+TEST(Prompt, ImagePlaceholderIsTheTokenizersSpelling) {
+  const auto* v4 = tokenizer_or_skip("v4");
+  const auto* v41 = tokenizer_or_skip("v41");
+  std::string why;
+  const auto* released = testing::released_v41_tokenizer(&why);
+  ASSERT_NE(released, nullptr) << why;
+  if (!v4 || !v41) return;
+  EXPECT_EQ(image_placeholder(*v4), kImageS);
+  EXPECT_EQ(image_placeholder(*v41), kImageS);
+  EXPECT_EQ(image_placeholder(*released), kDeepseekImageS);
+  EXPECT_FALSE(released->added_token_id(kImageS).has_value());
+}
+
+TEST(Prompt, ImagePlaceholderOfTheReleasedV41Tokenizer) {
+  std::string why;
+  const auto* released = testing::released_v41_tokenizer(&why);
+  ASSERT_NE(released, nullptr) << why;
+  const RenderedPrompt p = render_conversation(two_images(), PromptVersion::kV41, image_placeholder(*released));
+  EXPECT_EQ(p.prompt, kBosS + kUserS + "What is this?\n\n" + kDeepseekImageS + "\n\n" + kDeepseekImageS + kAssistantS +
+                          "</think>");
+  ASSERT_EQ(p.image_sources.size(), 2u);
+  // The ids of E6 (the recipe's golden): the same image token, spelled the released way.
+  const std::vector<int32_t> ids = PromptEncoder(*released).encode(p);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 128803, 3085, 344, 566, 1240, 129264, 271, 129264, 128804, 128822}));
+  // Non-special in the release: decoding prints it, and the prompt round-trips.
+  EXPECT_EQ(released->decode(ids), p.prompt);
+  // The recipe's spelling is not a token of the released tokenizer: what rendering wrote before.
+  EXPECT_THROW(PromptEncoder(*released).encode(render_conversation(two_images(), PromptVersion::kV41)), core::Error);
+}
+
+// Client text is never an image, whichever spelling it uses: only the conversion's placeholders become
+// 129264, once per image source, under both versions.
+TEST(Prompt, ImagePlaceholderSpellingsInClientTextStayText) {
+  const Conversation c = convert_request_text(Protocol::kChatCompletions, R"({"model":"m","thinking":{"type":"disabled"},
+      "messages":[{"role":"user","content":[{"type":"text","text":"a <｜deepseek_image｜> b"},
+        {"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]})").request.conversation;
+  const auto* v4 = tokenizer_or_skip("v4");
+  std::string why;
+  const auto* released = testing::released_v41_tokenizer(&why);
+  ASSERT_NE(released, nullptr) << why;
+  if (!v4) return;
+  struct Case {
+    PromptVersion version;
+    const tokenizer::Tokenizer* tok;
+    std::string spelling;
+  };
+  for (const Case& k : {Case{PromptVersion::kV4, v4, kImageS}, Case{PromptVersion::kV41, released, kDeepseekImageS}}) {
+    SCOPED_TRACE(to_string(k.version));
+    const RenderedPrompt p = render_conversation(c, k.version, image_placeholder(*k.tok));
+    const std::string tail = kUserS + "a " + kDeepseekImageS + " b\n\n" + k.spelling + kAssistantS + "</think>";
+    ASSERT_GE(p.prompt.size(), tail.size());
+    EXPECT_EQ(p.prompt.substr(p.prompt.size() - tail.size()), tail);
+    const std::vector<int32_t> ids = PromptEncoder(*k.tok).encode(p);
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), kImageTokenId), 1);
+    ASSERT_GE(ids.size(), 4u);
+    EXPECT_EQ(ids[ids.size() - 3], kImageTokenId);  // the image, right before <｜Assistant｜></think>
+  }
 }
 
 TEST(Prompt, E7UserTextNeverBecomesControlTokens) {

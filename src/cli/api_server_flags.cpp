@@ -6,9 +6,11 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "model/config.h"
 #include "model/registry.h"
 #include "server/api_errors.h"
+#include "server/default_model.h"
 
 namespace dsinfer::cli {
 
@@ -101,6 +103,15 @@ void resolve_prompt_version(const Args& args, const model::ModelConfig& config, 
   options.prompt_version = model::architecture_info(config.arch).tokenizer_version == "v41"
                                ? recipe::PromptVersion::kV41
                                : recipe::PromptVersion::kV4;
+}
+
+std::string model_tokenizer_path(const std::string& model_dir, const model::ModelConfig& config,
+                                 const char* command) {
+  const fs::path own = fs::path(model_dir) / "tokenizer.json";
+  if (fs::is_regular_file(own)) return own.string();
+  const std::string_view version = model::architecture_info(config.arch).tokenizer_version;
+  DSINFER_LOG_WARN(command, ": ", model_dir, " has no tokenizer.json; using the built ", version, " tokenizer");
+  return (fs::path(server::ensure_deepseek_tokenizer_dir(version)) / "tokenizer.json").string();
 }
 
 std::string model_dir_name(const std::string& model_dir) {

@@ -36,6 +36,11 @@ std::chrono::milliseconds seconds_flag(const Args& args, const char* name, const
 // router, which render the same requests for the same model.
 void resolve_prompt_version(const Args& args, const model::ModelConfig& config, server::ApiServerOptions& options);
 
+// The model's tokenizer.json, or (with a warning) the built tokenizer of its architecture's version
+// (V4.1's for DeepseekV41ForCausalLM), made from the npm base when missing.
+std::string model_tokenizer_path(const std::string& model_dir, const model::ModelConfig& config,
+                                 const char* command);
+
 // The model's default name: its directory's name.
 std::string model_dir_name(const std::string& model_dir);
 // --served-model-name's names, or {default_name} when it is not given (or names nothing).

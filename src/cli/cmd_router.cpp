@@ -161,12 +161,7 @@ int run_router(int argc, char** argv) {
 
   const model::ModelConfig config = model::ModelConfig::load((fs::path(model_dir) / "config.json").string());
   resolve_prompt_version(args, config, opt);
-  fs::path tok_path = fs::path(model_dir) / "tokenizer.json";
-  if (!fs::is_regular_file(tok_path)) {
-    DSINFER_LOG_WARN("router: ", model_dir, " has no tokenizer.json; using the V4 tokenizer");
-    tok_path = fs::path(server::ensure_v4_tokenizer_dir()) / "tokenizer.json";
-  }
-  const auto tok = recipe::load_prompt_tokenizer(tok_path.string(), opt.prompt_version);
+  const auto tok = recipe::load_prompt_tokenizer(model_tokenizer_path(model_dir, config, "router"), opt.prompt_version);
 
   router::RemoteEngineOptions ropt;
   ropt.max_context = config.max_position_embeddings;

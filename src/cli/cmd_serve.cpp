@@ -41,13 +41,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-[[maybe_unused]] std::string tokenizer_path_for(const std::string& model_dir) {
-  const fs::path own = fs::path(model_dir) / "tokenizer.json";
-  if (fs::is_regular_file(own)) return own.string();
-  DSINFER_LOG_WARN("serve: ", model_dir, " has no tokenizer.json; using the V4 tokenizer");
-  return (fs::path(server::ensure_v4_tokenizer_dir()) / "tokenizer.json").string();
-}
-
 int run_serve(int argc, char** argv) {
   Args args("serve",
             "Serve a DeepSeek-V4 or V4.1 checkpoint (by config.json's architectures[0]) over HTTP: OpenAI Chat\n"
@@ -145,7 +138,8 @@ int run_serve(int argc, char** argv) {
     model_dir = made.dir;
   }
   opt.model_names = served_model_names(args, default_name);
-  resolve_prompt_version(args, model::ModelConfig::load(model_dir + "/config.json"), opt);
+  const model::ModelConfig config = model::ModelConfig::load(model_dir + "/config.json");
+  resolve_prompt_version(args, config, opt);
 
 #if !DSINFER_ENGINE_HAVE_V4
   core::fail("dsinfer serve: this build has no DeepSeek-V4 engine (src/engine/deepseek_v4)");
@@ -153,7 +147,7 @@ int run_serve(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   // Checked for the template's control tokens now: a wrong tokenizer.json stops the start, naming them.
   const std::unique_ptr<tokenizer::Tokenizer> tok_owner =
-      recipe::load_prompt_tokenizer(tokenizer_path_for(model_dir), opt.prompt_version);
+      recipe::load_prompt_tokenizer(model_tokenizer_path(model_dir, config, "serve"), opt.prompt_version);
   const tokenizer::Tokenizer& tok = *tok_owner;
   std::unique_ptr<engine::Engine> eng;
   engine::ModelInfo model_info;

@@ -73,27 +73,31 @@ bool complete_model(const fs::path& dir) {
 
 }  // namespace
 
-std::string ensure_v4_tokenizer_dir() {
-  const std::string dir = tokenizer::deepseek_tokenizer_dir(tokenizer::DeepseekVersion::kV4);
+std::string ensure_deepseek_tokenizer_dir(std::string_view version_name) {
+  const auto version = tokenizer::parse_deepseek_version(version_name);
+  DSINFER_CHECK(version.has_value(), "no built DeepSeek tokenizer for version '", version_name, "'");
+  const std::string label = *version == tokenizer::DeepseekVersion::kV4 ? "V4" : "V4.1";
+  const std::string dir = tokenizer::deepseek_tokenizer_dir(*version);
   if (fs::is_regular_file(fs::path(dir) / "tokenizer.json")) return dir;
   const fs::path base = tokenizer::kNpmV3BasePath;
-  DSINFER_CHECK(fs::is_regular_file(base), "the V4 tokenizer is missing (", dir,
+  DSINFER_CHECK(fs::is_regular_file(base), "the ", label, " tokenizer is missing (", dir,
                 "/tokenizer.json): run scripts/tokenizers.sh from the repository, or scripts/setup.sh first so "
                 "that the npm DeepSeek-V3 base (",
                 base.string(), ") exists");
-  DSINFER_LOG_INFO("building the V4 tokenizer from ", base.string(), " into ", dir);
+  DSINFER_LOG_INFO("building the ", label, " tokenizer from ", base.string(), " into ", dir);
   std::ifstream in(base, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
-  std::string json = tokenizer::build_deepseek_tokenizer_json(text.str(), tokenizer::DeepseekVersion::kV4, base.string());
+  std::string json = tokenizer::build_deepseek_tokenizer_json(text.str(), *version, base.string());
   fs::create_directories(dir);
   const fs::path tmp = fs::path(dir) / (".tokenizer.json.tmp" + std::to_string(getpid()));
   write_file(tmp, json);
-  write_file(fs::path(dir) / "tokenizer_config.json",
-             tokenizer::build_deepseek_tokenizer_config(tokenizer::DeepseekVersion::kV4));
+  write_file(fs::path(dir) / "tokenizer_config.json", tokenizer::build_deepseek_tokenizer_config(*version));
   fs::rename(tmp, fs::path(dir) / "tokenizer.json");
   return dir;
 }
+
+std::string ensure_v4_tokenizer_dir() { return ensure_deepseek_tokenizer_dir("v4"); }
 
 DefaultModel ensure_default_model(const model::ProgressFn& progress) {
   const fs::path dir = default_model_dir();

@@ -33,7 +33,10 @@ struct DefaultModel {
 // repository (scripts/run.sh). Fails with a message saying what to run otherwise.
 DefaultModel ensure_default_model(const model::ProgressFn& progress = nullptr);
 
-// The V4 tokenizer directory, built from the npm base if it is missing and the base can be found.
+// The built tokenizer directory of `version` ("v4" or "v41", a registry tokenizer version), built from the
+// npm base if it is missing and the base can be found.
+std::string ensure_deepseek_tokenizer_dir(std::string_view version);
+// The V4 tokenizer directory (ensure_deepseek_tokenizer_dir("v4")).
 std::string ensure_v4_tokenizer_dir();
 
 }  // namespace dsinfer::server

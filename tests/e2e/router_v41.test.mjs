@@ -1,6 +1,6 @@
 // `dsinfer router` on a V4.1 model directory (config.json and tokenizer.json of the tiny V4.1 checkpoint,
 // no weights): without --prompt-version it renders with the template of the model's architecture, as
-// `dsinfer serve` does on the same checkpoint. Rendering happens at the router, so a V4 template there
+// `dsinfer serve` does on the same checkpoint, and without tokenizer.json it takes V4.1's. Rendering happens at the router, so a V4 template there
 // would send every worker a prompt the V4.1 model was not trained on.
 import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
@@ -14,8 +14,8 @@ let dir;
 let router;
 let serve;
 
-function startRouter(args) {
-  const proc = spawn(env('DSINFER_BIN'), ['router', '--model', dir, '--port', '0', '--served-model-name', MODEL, ...args],
+function startRouter(args, modelDir = dir) {
+  const proc = spawn(env('DSINFER_BIN'), ['router', '--model', modelDir, '--port', '0', '--served-model-name', MODEL, ...args],
     { stdio: ['ignore', 'pipe', 'pipe'], env: serverEnv() });
   let out = '';
   let err = '';
@@ -79,5 +79,22 @@ test('--prompt-version still overrides the architecture at the router', async ()
     assert.notEqual(await countTokens(v4, body), await countTokens(serve, body));
   } finally {
     assert.equal(await v4.stop(), 0);
+  }
+});
+
+// A model directory without tokenizer.json: the router falls back to the built tokenizer of the model's
+// architecture (V4.1's here; before, always V4's, which lacks <｜System｜> and stopped the start).
+test('without tokenizer.json the router uses the V4.1 tokenizer of a V4.1 model', async () => {
+  const bare = fs.mkdtempSync(path.join(os.tmpdir(), 'dsinfer-router-v41-bare-'));
+  fs.copyFileSync(path.join(env('DSINFER_E2E_MODEL'), 'config.json'), path.join(bare, 'config.json'));
+  try {
+    const r = await startRouter([], bare);
+    try {
+      for (const body of bodies) assert.equal(await countTokens(r, body), await countTokens(serve, body));
+    } finally {
+      assert.equal(await r.stop(), 0);
+    }
+  } finally {
+    fs.rmSync(bare, { recursive: true, force: true });
   }
 });

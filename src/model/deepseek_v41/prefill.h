@@ -77,6 +77,15 @@ class Sequence {
   std::vector<float> forward(const std::vector<int32_t>& ids);
   // Only the logits of the last logit_rows ids (bitwise those rows of the full result; 0: none).
   std::vector<float> forward(const std::vector<int32_t>& ids, int64_t logit_rows);
+  // Several sequences fed one chunk each (ids[i] to seqs[i], the logits of its last logit_rows[i]
+  // ids) in one pass through the layers: every product takes the rows of all of them, so each weight
+  // is read once per call; attention, the compressed caches, the indexer's selections and the Engram
+  // history stay per sequence. Result i is bitwise seqs[i]->forward(ids[i], logit_rows[i]) (the
+  // kernels are batch invariant). The sequences must be distinct and share their prepared weights
+  // (prepare_weights); a chunk that a decoder replay would skip rows of runs alone.
+  static std::vector<std::vector<float>> forward_batch(const std::vector<Sequence*>& seqs,
+                                                       const std::vector<std::vector<int32_t>>& ids,
+                                                       const std::vector<int64_t>& logit_rows);
   int64_t length() const;
   // Rollback: the state as if only the first len positions had been fed.
   void truncate(int64_t len);

@@ -1008,9 +1008,20 @@ class Prefill {
       o = segs_[0].seq->attend_rows(L, std::move(in));
     } else {
       o.resize(static_cast<size_t>(T_ * c_.num_attention_heads * hd));
-      for (const Segment& g : segs_) {
+      auto one = [&](const Segment& g) {
         const Vec og = g.seq->attend_rows(L, in.part(g.row0, g.n, T_));
         std::copy(og.begin(), og.end(), o.begin() + static_cast<int64_t>(og.size() / g.n) * g.row0);
+      };
+      // Decode-sized segments run side by side, one task each (their own parallel loops then run
+      // inline, which changes no bit); a longer chunk has the rows to use the threads itself.
+      const bool side_by_side = std::all_of(segs_.begin(), segs_.end(), [](const Segment& g) { return g.n <= 4; });
+      if (side_by_side) {
+        if (r.ratio > 0 && r.owns_compressor) w_.linear(p + "indexer.wk");  // prepared here: not thread-safe
+        pool_.parallel_for(static_cast<int64_t>(segs_.size()), 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) one(segs_[i]);
+        });
+      } else {
+        for (const Segment& g : segs_) one(g);
       }
     }
     return output_projection(p, o);

@@ -3,8 +3,9 @@
 // activations: the products, sink attention, indexer scores and SwiGLU on the project's kernels
 // (kernels::Linear prepared once per weight: BF16 and FP4 as stored, FP8 32x32 blocks decoded exactly
 // to BF16 since the kernels' FP8 path reads 128x128 blocks), the small glue (norms, mHC, routing) in
-// double. For `dsinfer logits` and the golden tests against reference/model_v41.py; not yet the
-// engine's model (no batching, blocks or snapshots, no ModelRunner adapter).
+// double. For `dsinfer logits`, the golden tests against reference/model_v41.py and the engine
+// (src/engine/deepseek_v41: several sequences in one pass with Sequence::forward_batch, blocks as
+// state ranges).
 #pragma once
 
 #include <cstdint>

@@ -215,6 +215,45 @@ TEST_F(EngineV41, RunnerLogitsAreTheOnePassLogits) {
   for (int64_t c = 0; c < V; ++c) ASSERT_EQ(last[c], full[(ids.size() - 1) * V + c]);
 }
 
+// One runner step over several sequences (a prefill, a continued chunk, decode tokens, an item with
+// no logit rows) gives each item's rows bitwise as that sequence fed alone, and the sequences
+// continue alike.
+TEST_F(EngineV41, BatchedStepIsEachItemAlone) {
+  std::mt19937 rng(7);
+  const std::vector<std::vector<int32_t>> ids = {prompt(rng, 60), prompt(rng, 60), prompt(rng, 60), prompt(rng, 60)};
+  const std::vector<size_t> before = {0, 30, 50, 12};  // fed alone before the batched step
+  const std::vector<size_t> now = {45, 9, 1, 3};
+  const std::vector<int32_t> rows = {45, 2, 1, 0};
+  std::vector<std::unique_ptr<SequenceState>> batched, alone;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    batched.push_back(runner()->new_sequence());
+    alone.push_back(runner()->new_sequence());
+    if (before[k] == 0) continue;
+    feed(*batched[k], std::span<const int32_t>(ids[k].data(), before[k]), 0);
+    feed(*alone[k], std::span<const int32_t>(ids[k].data(), before[k]), 0);
+  }
+  std::vector<ForwardItem> items;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    items.push_back({batched[k].get(), std::span<const int32_t>(ids[k].data() + before[k], now[k]), rows[k]});
+  }
+  std::vector<float> got;
+  runner()->forward(items, got);
+  std::vector<float> want;
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const auto r = feed(*alone[k], std::span<const int32_t>(ids[k].data() + before[k], now[k]), rows[k]);
+    want.insert(want.end(), r.begin(), r.end());
+  }
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_EQ(want.size(), static_cast<size_t>((45 + 2 + 1) * vocab()));
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "row " << i / vocab();
+  // The next token of each, alone, from the states the batched step left.
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const std::span<const int32_t> next(ids[k].data() + before[k] + now[k], 1);
+    const auto a = feed(*batched[k], next, 1), b = feed(*alone[k], next, 1);
+    ASSERT_EQ(a, b) << "sequence " << k;
+  }
+}
+
 // Greedy and seeded sampled requests, prefill chunked by max_batch_tokens, give the plain loop's tokens.
 TEST_F(EngineV41, ConcurrentRequestsMatchThePlainLoop) {
   std::mt19937 rng(2);

@@ -87,17 +87,26 @@ class V41Runner final : public ModelRunner {
 
   void forward(std::span<const ForwardItem> items, std::vector<float>& logits) override {
     std::lock_guard<std::mutex> lock(mu_);
+    std::vector<v41::Sequence*> seqs;
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<int64_t> rows;
     for (size_t i = 0; i < items.size(); ++i) {
       const ForwardItem& it = items[i];
       const int64_t n = static_cast<int64_t>(it.tokens.size());
       DSINFER_CHECK(it.logit_rows >= 0 && it.logit_rows <= n, "forward: item ", i, " asks for ", it.logit_rows,
                     " logit rows of ", n, " tokens");
       if (n == 0) continue;
-      const std::vector<float> out =
-          seq(*it.seq).forward(std::vector<int32_t>(it.tokens.begin(), it.tokens.end()), it.logit_rows);
-      DSINFER_CHECK(static_cast<int64_t>(out.size()) == it.logit_rows * info_.vocab_size,
-                    "forward: the model returned ", out.size(), " logits");
-      logits.insert(logits.end(), out.begin(), out.end());
+      seqs.push_back(&seq(*it.seq));
+      ids.emplace_back(it.tokens.begin(), it.tokens.end());
+      rows.push_back(it.logit_rows);
+    }
+    if (seqs.empty()) return;
+    // One pass through the layers for all items (each weight read once per step).
+    const std::vector<std::vector<float>> out = v41::Sequence::forward_batch(seqs, ids, rows);
+    for (size_t i = 0; i < out.size(); ++i) {
+      DSINFER_CHECK(static_cast<int64_t>(out[i].size()) == rows[i] * info_.vocab_size, "forward: the model returned ",
+                    out[i].size(), " logits");
+      logits.insert(logits.end(), out[i].begin(), out[i].end());
     }
   }
 

@@ -18,9 +18,10 @@
 // the engine counts it once. sequence_bytes is the fixed part only (the partial block is charged as
 // a block).
 //
-// forward() runs the items one after another, each as one chunk of its own sequence: a row's result
-// never depends on the other items, and the V4.1 forward gives the one-pass rows for any chunking,
-// so results are batch-invariant always. Drafter: one DSpark round (model-v41.md §2.12) after the last
+// forward() feeds all items in one pass through the layers (Sequence::forward_batch: every product
+// over the rows of all items, so each weight is read once per step; attention and the caches per
+// sequence): a row's result never depends on the other items, and the V4.1 forward gives the
+// one-pass rows for any chunking, so results are batch-invariant always. Drafter: one DSpark round (model-v41.md §2.12) after the last
 // committed position, anchored on the pending token: the greedy Markov chain gives up to block_size
 // (5) drafts, so max_draft_tokens = block_size (0 for a config without DSpark stages). The taps the
 // round reads are part of the state, so resumed and imported sequences draft alike.

@@ -293,6 +293,17 @@ class Prefill {
     if (o.decoder_replay_tokens > 0) decoder_ = decoder_first_layer(c_);
   }
 
+  // A batch context (forward_batch): only chunk buffers over the rows of several sequences, which
+  // keep their own state; the products, norms and mixes run here, attention in each sequence.
+  struct BatchOf {
+    const Prefill& first;  // its weights, options and pool
+  };
+  explicit Prefill(BatchOf b)
+      : c_(b.first.c_), weights_(b.first.weights_), w_(*weights_), map_(nullptr), opt_(b.first.opt_),
+        pool_(b.first.pool_), hc_(b.first.hc_), d_(b.first.d_) {}
+
+  bool shares_weights_with(const Prefill& o) const { return weights_ == o.weights_ && &c_ == &o.c_; }
+
   int64_t replay_start() const { return replayed_ ? decoder_from_ : -1; }
 
   int64_t length() const { return static_cast<int64_t>(ids_.size()); }
@@ -530,22 +541,55 @@ class Prefill {
   // returns their logits [ids.size(), vocab].
   // logit_rows >= 0: only the last logit_rows rows (the products are row-wise: the same bits).
   Vec run(const std::vector<int32_t>& ids, int64_t logit_rows = -1) {
-    DSINFER_CHECK(!ids.empty(), "V4.1 prefill: empty chunk");
-    for (int32_t id : ids) DSINFER_CHECK(id >= 0 && id < c_.vocab_size, "V4.1 prefill: token id ", id, " out of range");
-    DSINFER_CHECK(!drafted_, "V4.1 sequence: no forward after the DSpark draft head");
-    const int64_t K = opt_.decoder_replay_tokens, n_ids = static_cast<int64_t>(ids.size());
-    const int64_t skip = K > 0 && n_ids > K ? n_ids - K : 0;  // positions the decoder layers skip
-    const int64_t want = logit_rows < 0 ? n_ids : std::min(logit_rows, n_ids);
-    DSINFER_CHECK(skip == 0 || want <= K, "V4.1 prefill: decoder replay of ", K, " tokens gives the logits of the last ",
-                  K, " positions only, ", want, " asked");
-    pos0_ = length();
-    T_ = n_ids;
-    ids_.insert(ids_.end(), ids.begin(), ids.end());
-    if (map_ && c_.engram) {
-      for (int32_t id : ids) cid_.push_back(map_->compressed(id));
+    std::vector<Vec> out = forward_rows({this}, {&ids}, {logit_rows});
+    return std::move(out[0]);
+  }
+
+  // Feeds each sequence seqs[i] its chunk *ids[i] in one pass through the layers. This object's chunk
+  // buffers (X_, T_) hold the rows of all of them, sequence after sequence (segs_): every product,
+  // norm and mHC mix is row-wise and runs once over all rows (each weight read once per call), while
+  // attention, the compressors' caches, the indexer's selections and the Engram history go per
+  // sequence on its own rows. A row's result never depends on the other rows (the kernels are batch
+  // invariant), so each sequence gets bitwise its own forward's logits. Alone, this is seqs[0];
+  // several: a batch context (the constructor from a Prefill). A decoder replay that skips rows runs
+  // alone.
+  std::vector<Vec> forward_rows(const std::vector<Prefill*>& seqs, const std::vector<const std::vector<int32_t>*>& ids,
+                                const std::vector<int64_t>& logit_rows) {
+    const bool alone = seqs.size() == 1 && seqs[0] == this;
+    int64_t skip = 0;
+    std::vector<int64_t> want(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const Prefill& s = *seqs[i];
+      DSINFER_CHECK(!ids[i]->empty(), "V4.1 prefill: empty chunk");
+      for (int32_t id : *ids[i]) {
+        DSINFER_CHECK(id >= 0 && id < c_.vocab_size, "V4.1 prefill: token id ", id, " out of range");
+      }
+      DSINFER_CHECK(!s.drafted_, "V4.1 sequence: no forward after the DSpark draft head");
+      const int64_t K = s.opt_.decoder_replay_tokens, n_ids = static_cast<int64_t>(ids[i]->size());
+      const int64_t sk = K > 0 && n_ids > K ? n_ids - K : 0;  // positions the decoder layers skip
+      want[i] = logit_rows[i] < 0 ? n_ids : std::min(logit_rows[i], n_ids);
+      DSINFER_CHECK(sk == 0 || want[i] <= K, "V4.1 prefill: decoder replay of ", K,
+                    " tokens gives the logits of the last ", K, " positions only, ", want[i], " asked");
+      DSINFER_CHECK(sk == 0 || alone, "V4.1 prefill: a chunk of ", n_ids, " ids with decoder replay of ", K,
+                    " tokens runs alone, not in a batch");
+      skip = sk;
     }
-    std::vector<int64_t> ids64(ids.begin(), ids.end());
-    const Vec e = w_.rows("embed.weight", ids64);
+    segs_.clear();
+    std::vector<int64_t> all;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Prefill& s = *seqs[i];
+      const int64_t n = static_cast<int64_t>(ids[i]->size());
+      s.pos0_ = s.length();
+      s.T_ = n;
+      s.ids_.insert(s.ids_.end(), ids[i]->begin(), ids[i]->end());
+      if (s.map_ && c_.engram) {
+        for (int32_t id : *ids[i]) s.cid_.push_back(s.map_->compressed(id));
+      }
+      segs_.push_back({&s, static_cast<int64_t>(all.size()), n});
+      all.insert(all.end(), ids[i]->begin(), ids[i]->end());
+    }
+    T_ = static_cast<int64_t>(all.size());
+    const Vec e = w_.rows("embed.weight", all);
     X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
     for (int64_t t = 0; t < T_; ++t) {
       for (int64_t j = 0; j < hc_; ++j) std::copy_n(e.data() + t * d_, d_, X_.data() + (t * hc_ + j) * d_);
@@ -557,10 +601,13 @@ class Prefill {
       const LayerRoles& r = c_.layer_roles(L);
       if (r.engram >= 0) engram(L, r.engram);
       if (r.dspark_target) {  // layer order (§2.1)
-        if (taps_.size() <= tap) taps_.emplace_back();
-        taps_[tap].resize(static_cast<size_t>(pos0_ * d_));  // zeros where a replay skipped positions
         const Vec m = stream_mean();
-        taps_[tap].insert(taps_[tap].end(), m.begin(), m.end());
+        for (const Segment& g : segs_) {
+          Prefill& s = *g.seq;
+          if (s.taps_.size() <= tap) s.taps_.emplace_back();
+          s.taps_[tap].resize(static_cast<size_t>(s.pos0_ * d_));  // zeros where a replay skipped positions
+          s.taps_[tap].insert(s.taps_[tap].end(), m.begin() + g.row0 * d_, m.begin() + (g.row0 + g.n) * d_);
+        }
         ++tap;
       }
       if (skip > 0 && L == decoder_) enter_replay(pre_in, skip);
@@ -568,10 +615,26 @@ class Prefill {
     }
     precompressed_ = false;
     Vec y = rms_norm(collapse(pre_in), d_, w_.vec("norm.weight"), c_.rms_norm_eps);
-    const int64_t rows = want;
-    if (rows == 0) return {};
-    if (rows < T_) y.erase(y.begin(), y.end() - rows * d_);
-    return matmul(pool_, y, rows, w_.linear("head"));
+    // The logits of each sequence's last rows, in one product.
+    int64_t rows = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) rows += want[i];
+    std::vector<Vec> out(seqs.size());
+    if (rows == 0) return out;
+    Vec last(static_cast<size_t>(rows * d_));
+    int64_t at = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const Segment& g = segs_[i];
+      std::copy_n(y.data() + (g.row0 + g.n - want[i]) * d_, want[i] * d_, last.data() + at * d_);
+      at += want[i];
+    }
+    const Vec logits = matmul(pool_, last, rows, w_.linear("head"));
+    const int64_t V = c_.vocab_size;
+    at = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      out[i].assign(logits.begin() + at * V, logits.begin() + (at + want[i]) * V);
+      at += want[i];
+    }
+    return out;
   }
 
  private:
@@ -586,7 +649,10 @@ class Prefill {
   void enter_replay(std::vector<double>& pre_in, int64_t skip) {
     const std::string p = c_.layer_prefix(decoder_);
     const Vec a = rms_norm(collapse(pre_in), d_, w_.vec(p + "attn_norm.weight"), c_.rms_norm_eps);
-    compress(sources_[decoder_], p + "attn.", a, c_.layer_roles(decoder_).ratio);
+    const int64_t ratio = c_.layer_roles(decoder_).ratio;
+    Vec u, g;
+    compressor_inputs(p + "attn.", a, ratio, u, g);
+    compress(sources_[decoder_], p + "attn.", u, g, ratio);
     precompressed_ = true;
     X_.erase(X_.begin(), X_.begin() + skip * hc_ * d_);
     pre_in.erase(pre_in.begin(), pre_in.begin() + skip * hc_);
@@ -599,6 +665,7 @@ class Prefill {
     }
     pos0_ += skip;
     T_ -= skip;
+    segs_.at(0).n = T_;
     decoder_from_ = pos0_;
     replayed_ = true;
   }
@@ -710,15 +777,9 @@ class Prefill {
   void engram(int64_t L, int64_t k) {
     const std::string p = c_.layer_prefix(L) + "engram.";
     const EngramConfig& e = *c_.engram;
-    const int64_t C = e.columns(), hd = e.head_dim, N = e.max_ngram_size;
+    const int64_t C = e.columns(), hd = e.head_dim;
     Vec emb(static_cast<size_t>(T_ * C * hd));
-    std::vector<int64_t> hist(static_cast<size_t>(N)), rows(static_cast<size_t>(C));
-    for (int64_t t = 0; t < T_; ++t) {
-      const int64_t pos = pos0_ + t;  // the n-grams look back across chunks (§2.13)
-      for (int64_t j = 0; j < N; ++j) hist[j] = pos - j >= 0 ? cid_[pos - j] : hash_->pad_id();
-      hash_->rows(k, hist.data(), rows.data());
-      for (int64_t col = 0; col < C; ++col) w_.engram_row(p, rows[col], emb.data() + (t * C + col) * hd);
-    }
+    for (const Segment& g : segs_) g.seq->engram_rows(p, k, emb.data() + g.row0 * C * hd);
     const Vec kv = matmul(pool_, emb, T_, w_.linear(p + "wkv"));  // [T, (hc + 1) d]
     const Vec qw = w_.vec(p + "q_weight"), kw = w_.vec(p + "k_weight");
     const double eps = c_.rms_norm_eps;
@@ -743,6 +804,19 @@ class Prefill {
     }
   }
 
+  // The Engram table rows [T, C, hd] of this sequence's chunk, from its n-gram history.
+  void engram_rows(const std::string& p, int64_t k, float* emb) const {
+    const EngramConfig& e = *c_.engram;
+    const int64_t C = e.columns(), hd = e.head_dim, N = e.max_ngram_size;
+    std::vector<int64_t> hist(static_cast<size_t>(N)), rows(static_cast<size_t>(C));
+    for (int64_t t = 0; t < T_; ++t) {
+      const int64_t pos = pos0_ + t;  // the n-grams look back across chunks (§2.13)
+      for (int64_t j = 0; j < N; ++j) hist[j] = pos - j >= 0 ? cid_[pos - j] : hash_->pad_id();
+      hash_->rows(k, hist.data(), rows.data());
+      for (int64_t col = 0; col < C; ++col) w_.engram_row(p, rows[col], emb + (t * C + col) * hd);
+    }
+  }
+
   // A kv source's state (§3.1). u and g keep the compressor inputs of every position (not only the
   // ratio-2 tail) so that a rollback to any length finds its tail.
   struct KvSource {
@@ -755,15 +829,18 @@ class Prefill {
 
   // §2.6: feeds the chunk to a kv source; appends the entries its tokens complete (entry e is made by
   // token e * ratio + ratio - 1, a ratio-2 group may start in the previous chunk).
-  void compress(KvSource& s, const std::string& p, const Vec& a, int64_t ratio) {
+  // The compressor's input rows of the chunk (all rows of a batch): wkv, and wgate for ratio 2.
+  void compressor_inputs(const std::string& p, const Vec& a, int64_t ratio, Vec& u, Vec& g) {
+    u = matmul(pool_, a, T_, w_.linear(p + "compressor.wkv"));
+    if (ratio == 2) g = matmul(pool_, a, T_, w_.linear(p + "compressor.wgate"));
+  }
+
+  // u, g: this sequence's rows of compressor_inputs.
+  void compress(KvSource& s, const std::string& p, const Vec& u, const Vec& g, int64_t ratio) {
     const int64_t hd = c_.head_dim, ixd = c_.index_head_dim, rd = c_.qk_rope_head_dim;
     s.ratio = ratio;
-    const Vec u = matmul(pool_, a, T_, w_.linear(p + "compressor.wkv"));
     s.u.insert(s.u.end(), u.begin(), u.end());
-    if (ratio == 2) {
-      const Vec g = matmul(pool_, a, T_, w_.linear(p + "compressor.wgate"));
-      s.g.insert(s.g.end(), g.begin(), g.end());
-    }
+    if (ratio == 2) s.g.insert(s.g.end(), g.begin(), g.end());
     const int64_t G0 = s.G, G1 = (pos0_ + T_) / ratio, n = G1 - G0;
     if (n == 0) return;
     Vec z(static_cast<size_t>(n * hd));
@@ -797,11 +874,10 @@ class Prefill {
   }
 
   // §2.7.2 scores [T][G] (-inf where not visible) of an index source.
-  std::vector<std::vector<double>> index_scores(const std::string& p, const Vec& a, const Vec& qr, const KvSource& src,
+  // qi [T, ixh * ixd], wts [T, ixh]: this sequence's rows of indexer.wq_b and weights_proj.
+  std::vector<std::vector<double>> index_scores(Vec& qi, const Vec& wts, const KvSource& src,
                                                 const std::vector<float>& f) {
     const int64_t ixh = c_.index_n_heads, ixd = c_.index_head_dim, rd = c_.qk_rope_head_dim;
-    Vec qi = matmul(pool_, qr, T_, w_.linear(p + "indexer.wq_b"));  // [T, ixh * ixd]
-    const Vec wts = matmul(pool_, a, T_, w_.linear(p + "indexer.weights_proj"));  // [T, ixh]
     const double wscale = 1.0 / std::sqrt(static_cast<double>(ixd)) / std::sqrt(static_cast<double>(ixh));
     for (int64_t t = 0; t < T_; ++t) {
       for (int64_t h = 0; h < ixh; ++h) {
@@ -909,15 +985,69 @@ class Prefill {
     return o;
   }
 
+  // The products of a layer's attention run over all rows of the chunk (of every sequence of a
+  // batch); rotary, the caches, selection and the attention itself per sequence (attend_rows).
   Vec attention(int64_t L, const Vec& a) {
+    const LayerRoles& r = c_.layer_roles(L);
+    const std::string p = c_.layer_prefix(L) + "attn.";
+    const int64_t hd = c_.head_dim;
+    Rows in;
+    in.qr = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wq_a")), c_.q_lora_rank, w_.vec(p + "q_norm.weight"),
+                     c_.rms_norm_eps);
+    in.q = matmul(pool_, in.qr, T_, w_.linear(p + "wq_b"));  // [T, nh * hd], no per-head norm
+    in.kv = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"), c_.rms_norm_eps);
+    if (r.ratio > 0 && r.owns_compressor && !(precompressed_ && L == decoder_)) {
+      compressor_inputs(p, a, r.ratio, in.u, in.g);
+    }
+    if (r.ratio > 0 && r.owns_indexer) {
+      in.qi = matmul(pool_, in.qr, T_, w_.linear(p + "indexer.wq_b"));
+      in.wts = matmul(pool_, a, T_, w_.linear(p + "indexer.weights_proj"));
+    }
+    Vec o;
+    if (segs_.size() == 1) {
+      o = segs_[0].seq->attend_rows(L, std::move(in));
+    } else {
+      o.resize(static_cast<size_t>(T_ * c_.num_attention_heads * hd));
+      auto one = [&](const Segment& g) {
+        const Vec og = g.seq->attend_rows(L, in.part(g.row0, g.n, T_));
+        std::copy(og.begin(), og.end(), o.begin() + static_cast<int64_t>(og.size() / g.n) * g.row0);
+      };
+      // Decode-sized segments run side by side, one task each (their own parallel loops then run
+      // inline, which changes no bit); a longer chunk has the rows to use the threads itself.
+      const bool side_by_side = std::all_of(segs_.begin(), segs_.end(), [](const Segment& g) { return g.n <= 4; });
+      if (side_by_side) {
+        if (r.ratio > 0 && r.owns_compressor) w_.linear(p + "indexer.wk");  // prepared here: not thread-safe
+        pool_.parallel_for(static_cast<int64_t>(segs_.size()), 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) one(segs_[i]);
+        });
+      } else {
+        for (const Segment& g : segs_) one(g);
+      }
+    }
+    return output_projection(p, o);
+  }
+
+  // The rows of an attention layer's products, [T, width] each (empty: not computed).
+  struct Rows {
+    Vec qr, q, kv, u, g, qi, wts;
+    // Rows [row0, row0 + n) of every product of a chunk of T rows.
+    Rows part(int64_t row0, int64_t n, int64_t T) const {
+      auto cut = [&](const Vec& v) {
+        const int64_t w = static_cast<int64_t>(v.size()) / T;
+        return v.empty() ? Vec() : Vec(v.begin() + row0 * w, v.begin() + (row0 + n) * w);
+      };
+      return {cut(qr), cut(q), cut(kv), cut(u), cut(g), cut(qi), cut(wts)};
+    }
+  };
+
+  // This sequence's share of attention(): its rows (T_ of them at pos0_) of the products.
+  Vec attend_rows(int64_t L, Rows in) {
     const LayerRoles& r = c_.layer_roles(L);
     const std::string p = c_.layer_prefix(L) + "attn.";
     const int64_t nh = c_.num_attention_heads, hd = c_.head_dim, rd = c_.qk_rope_head_dim, W = c_.sliding_window;
     const std::vector<float> f = inv_freqs(c_, r.ratio);
-    const Vec qr = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wq_a")), c_.q_lora_rank, w_.vec(p + "q_norm.weight"),
-                            c_.rms_norm_eps);
-    Vec q = matmul(pool_, qr, T_, w_.linear(p + "wq_b"));  // [T, nh * hd], no per-head norm
-    Vec kv = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"), c_.rms_norm_eps);
+    Vec& q = in.q;
+    Vec& kv = in.kv;
     for (int64_t t = 0; t < T_; ++t) {
       for (int64_t h = 0; h < nh; ++h) rope(q.data() + (t * nh + h) * hd, hd, rd, f, pos0_ + t);
       rope(kv.data() + t * hd, hd, rd, f, pos0_ + t);
@@ -931,10 +1061,10 @@ class Prefill {
     const KvSource* src = nullptr;
     const std::vector<std::vector<int64_t>>* sel = nullptr;
     if (r.ratio > 0) {
-      if (r.owns_compressor && !(precompressed_ && L == decoder_)) compress(sources_[L], p, a, r.ratio);
+      if (r.owns_compressor && !(precompressed_ && L == decoder_)) compress(sources_[L], p, in.u, in.g, r.ratio);
       src = &sources_.at(r.kv_source);
       if (r.owns_indexer) {
-        auto score = index_scores(p, a, qr, *src, f);
+        auto score = index_scores(in.qi, in.wts, *src, f);
         if (r.candidate_source) cand_ = candidates(score, src->G, r.ratio);
         if (r.candidate_user) {
           for (int64_t t = 0; t < T_; ++t) {
@@ -949,7 +1079,7 @@ class Prefill {
       }
       sel = &selections_.at(r.index_source);
     }
-    const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys) {
+    return attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys) {
       const int64_t pos = pos0_ + t;
       for (int64_t j = std::max<int64_t>(lo, pos - W + 1); j <= pos; ++j) keys.push_back(window.data() + j * hd);
       if (sel) {
@@ -957,7 +1087,6 @@ class Prefill {
       }
       return pos;
     });
-    return output_projection(p, o);
   }
 
   // Grouped low-rank output: group g's o_lora rows of wo_a act on its nh/G heads; then wo_b.
@@ -1091,6 +1220,12 @@ class Prefill {
     return y;
   }
 
+  // One sequence's rows in the chunk buffers: rows [row0, row0 + n) are its positions seq->pos0_ ..
+  struct Segment {
+    Prefill* seq;
+    int64_t row0, n;
+  };
+
   const ModelConfig& c_;
   std::shared_ptr<Weights> weights_;  // this sequence's own, or shared (prepare_weights)
   Weights& w_;
@@ -1103,6 +1238,7 @@ class Prefill {
   core::ThreadPool& pool_;
   int64_t hc_, d_;
   Vec X_;                          // [T, hc, d]
+  std::vector<Segment> segs_;      // the sequences whose rows X_ holds (this one alone, or a batch's)
   std::vector<int64_t> cid_;       // compressed ids of every position
   std::map<int64_t, Vec> windows_;  // per layer the window KV [n, hd] of every position
   std::unique_ptr<EngramHash> hash_;
@@ -1177,6 +1313,29 @@ StoredKv Sequence::stored_kv() const { return state_->p.stored(); }
 int64_t Sequence::decoder_replay_start() const { return state_->p.replay_start(); }
 std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count) {
   return state_->p.dspark_round(anchor, count);
+}
+std::vector<std::vector<float>> Sequence::forward_batch(const std::vector<Sequence*>& seqs,
+                                                       const std::vector<std::vector<int32_t>>& ids,
+                                                       const std::vector<int64_t>& logit_rows) {
+  DSINFER_CHECK(!seqs.empty() && ids.size() == seqs.size() && logit_rows.size() == seqs.size(),
+                "V4.1 forward_batch: ", seqs.size(), " sequences, ", ids.size(), " chunks, ", logit_rows.size(),
+                " logit row counts");
+  std::vector<Prefill*> ps;
+  std::vector<const std::vector<int32_t>*> chunks;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    DSINFER_CHECK(logit_rows[i] >= 0, "V4.1 sequence: ", logit_rows[i], " logit rows");
+    Prefill* p = &seqs[i]->state_->p;
+    DSINFER_CHECK(std::find(ps.begin(), ps.end(), p) == ps.end(), "V4.1 forward_batch: sequence ", i,
+                  " appears twice");
+    // The batch's products run on the first sequence's prepared weights.
+    DSINFER_CHECK(p->shares_weights_with(*(ps.empty() ? p : ps[0])), "V4.1 forward_batch: sequence ", i,
+                  " does not share the first one's prepared weights (prepare_weights)");
+    ps.push_back(p);
+    chunks.push_back(&ids[i]);
+  }
+  if (ps.size() == 1) return ps[0]->forward_rows(ps, chunks, logit_rows);
+  Prefill batch(Prefill::BatchOf{*ps[0]});
+  return batch.forward_rows(ps, chunks, logit_rows);
 }
 StateRange Sequence::export_range(int64_t begin, int64_t end) const { return state_->p.export_range(begin, end); }
 void Sequence::append_range(const StateRange& range) { state_->p.append_range(range); }

@@ -3,8 +3,9 @@
 // activations: the products, sink attention, indexer scores and SwiGLU on the project's kernels
 // (kernels::Linear prepared once per weight: BF16 and FP4 as stored, FP8 32x32 blocks decoded exactly
 // to BF16 since the kernels' FP8 path reads 128x128 blocks), the small glue (norms, mHC, routing) in
-// double. For `dsinfer logits` and the golden tests against reference/model_v41.py; not yet the
-// engine's model (no batching, blocks or snapshots, no ModelRunner adapter).
+// double. For `dsinfer logits`, the golden tests against reference/model_v41.py and the engine
+// (src/engine/deepseek_v41: several sequences in one pass with Sequence::forward_batch, blocks as
+// state ranges).
 #pragma once
 
 #include <cstdint>
@@ -77,6 +78,15 @@ class Sequence {
   std::vector<float> forward(const std::vector<int32_t>& ids);
   // Only the logits of the last logit_rows ids (bitwise those rows of the full result; 0: none).
   std::vector<float> forward(const std::vector<int32_t>& ids, int64_t logit_rows);
+  // Several sequences fed one chunk each (ids[i] to seqs[i], the logits of its last logit_rows[i]
+  // ids) in one pass through the layers: every product takes the rows of all of them, so each weight
+  // is read once per call; attention, the compressed caches, the indexer's selections and the Engram
+  // history stay per sequence. Result i is bitwise seqs[i]->forward(ids[i], logit_rows[i]) (the
+  // kernels are batch invariant). The sequences must be distinct and share their prepared weights
+  // (prepare_weights); a chunk that a decoder replay would skip rows of runs alone.
+  static std::vector<std::vector<float>> forward_batch(const std::vector<Sequence*>& seqs,
+                                                       const std::vector<std::vector<int32_t>>& ids,
+                                                       const std::vector<int64_t>& logit_rows);
   int64_t length() const;
   // Rollback: the state as if only the first len positions had been fed.
   void truncate(int64_t len);

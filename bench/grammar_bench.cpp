@@ -47,6 +47,10 @@ const Case kCases[] = {
      R"g({"label":"root","children":[{"label":"left"},{"label":"right","children":[]}]})g"},
     {"api_event", R"g({"type":"object","properties":{"id":{"type":"string","format":"uuid"},"at":{"type":"string","format":"date-time"},"kind":{"enum":["created","updated","deleted"]},"payload":{"type":"object","additionalProperties":{"type":["string","number","boolean","null"]}},"tags":{"type":"array","items":{"type":"string","maxLength":16},"maxItems":8}},"required":["id","at","kind"]})g",
      R"g({"id":"123e4567-e89b-12d3-a456-426614174000","at":"2025-06-30T12:00:00Z","kind":"updated","payload":{"status":"ok","count":3},"tags":["a","b"]})g"},
+    // bench/engine/structured_schema.json (dsinfer bench-serve --schema): bounded strings, where every
+    // position is a new Earley item.
+    {"bench_serve", R"g({"type":"object","properties":{"id":{"type":"string","format":"uuid"},"title":{"type":"string","maxLength":200},"tags":{"type":"array","items":{"type":"string","maxLength":40},"maxItems":8},"priority":{"type":"integer","minimum":0,"maximum":5},"status":{"enum":["open","closed","blocked"]},"notes":{"type":"array","items":{"type":"object","properties":{"author":{"type":"string"},"text":{"type":"string"}},"required":["author","text"],"additionalProperties":false}}},"required":["id","title","tags","priority","status","notes"],"additionalProperties":false})g",
+     R"g({"id":"123e4567-e89b-12d3-a456-426614174000","title":"Quarterly review of the structured output engine and its token masks","tags":["grammar","masks"],"priority":2,"status":"open","notes":[{"author":"Ada","text":"Looks good."}]})g"},
 };
 
 // Mask time per step along `ids` with a fresh matcher; empty when a token is refused.

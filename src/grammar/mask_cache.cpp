@@ -33,42 +33,89 @@ ByteSet first_of(const Grammar& g, const std::vector<ByteSet>& first, const std:
   return out;
 }
 
+// Merges `add` into `into`; true when that changed it.
+bool grow(ByteSet& into, const ByteSet& add) {
+  ByteSet merged = into;
+  merged.merge(add);
+  if (merged == into) return false;
+  into = merged;
+  return true;
+}
+
 }  // namespace
 
+// FIRST and FOLLOW by worklists (a set grows at most 256 times, so the work is linear in the grammar
+// times 256 whatever the order of the productions: a bounded repeat's chain of thousands of rules
+// would take a round-robin fixpoint thousands of passes).
 MaskCache::MaskCache(const Grammar& g) {
   const size_t n = g.by_lhs.size();
   std::vector<ByteSet> first(n), follow(n);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& p : g.productions) {
-      bool nullable;
-      ByteSet f = first[p.lhs];
-      f.merge(first_of(g, first, p.rhs, 0, nullable));
-      if (f != first[p.lhs]) first[p.lhs] = f, changed = true;
+  // FIRST: a production is revisited when the FIRST of a nonterminal in its nullable prefix grew.
+  std::vector<std::vector<int32_t>> first_users(n);
+  for (size_t k = 0; k < g.productions.size(); ++k) {
+    for (Symbol s : g.productions[k].rhs) {
+      if (is_terminal(s)) break;
+      first_users[s].push_back(static_cast<int32_t>(k));
+      if (!g.nullable[s]) break;
     }
   }
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& p : g.productions) {
-      for (size_t i = 0; i < p.rhs.size(); ++i) {
-        if (is_terminal(p.rhs[i])) continue;
-        bool nullable;
-        ByteSet f = follow[p.rhs[i]];
-        f.merge(first_of(g, first, p.rhs, i + 1, nullable));
-        if (nullable) f.merge(follow[p.lhs]);
-        if (f != follow[p.rhs[i]]) follow[p.rhs[i]] = f, changed = true;
+  std::vector<int32_t> work(g.productions.size());
+  for (size_t k = 0; k < work.size(); ++k) work[k] = static_cast<int32_t>(k);
+  while (!work.empty()) {
+    const auto& p = g.productions[work.back()];
+    work.pop_back();
+    bool nullable;
+    if (grow(first[p.lhs], first_of(g, first, p.rhs, 0, nullable))) {
+      work.insert(work.end(), first_users[p.lhs].begin(), first_users[p.lhs].end());
+    }
+  }
+  // Per occurrence, what follows it inside its production (right to left: FIRST of each suffix), and
+  // the FOLLOW edges lhs -> nonterminal where the rest can vanish.
+  struct Site {
+    int32_t prod;
+    uint32_t dot;
+    ByteSet inside;
+    bool vanishing_rest;
+  };
+  std::vector<std::vector<Site>> sites(n);
+  std::vector<std::vector<int32_t>> follow_edges(n);  // per lhs: nonterminals whose FOLLOW includes it
+  for (size_t k = 0; k < g.productions.size(); ++k) {
+    const auto& p = g.productions[k];
+    ByteSet suffix;
+    bool suffix_nullable = true;
+    for (size_t i = p.rhs.size(); i-- > 0;) {
+      const Symbol s = p.rhs[i];
+      if (!is_terminal(s)) {
+        sites[s].push_back({static_cast<int32_t>(k), static_cast<uint32_t>(i), suffix, suffix_nullable});
+        grow(follow[s], suffix);
+        if (suffix_nullable) follow_edges[p.lhs].push_back(s);
+      }
+      if (is_terminal(s)) {
+        suffix = g.terminals[terminal_index(s)];
+        suffix_nullable = false;
+      } else if (g.nullable[s]) {
+        suffix.merge(first[s]);
+      } else {
+        suffix = first[s];
+        suffix_nullable = false;
       }
     }
   }
+  std::vector<int32_t> pending(n);
+  for (size_t x = 0; x < n; ++x) pending[x] = static_cast<int32_t>(x);
+  while (!pending.empty()) {
+    const int32_t y = pending.back();
+    pending.pop_back();
+    for (int32_t x : follow_edges[y]) {
+      if (grow(follow[x], follow[y])) pending.push_back(x);
+    }
+  }
   occurrences_.resize(n);
-  for (size_t k = 0; k < g.productions.size(); ++k) {
-    const auto& p = g.productions[k];
-    for (size_t i = 0; i < p.rhs.size(); ++i) {
-      if (is_terminal(p.rhs[i])) continue;
-      bool nullable;
-      ByteSet f = first_of(g, first, p.rhs, i + 1, nullable);
-      if (nullable) f.merge(follow[p.lhs]);
-      occurrences_[p.rhs[i]].push_back({static_cast<int32_t>(k), static_cast<uint32_t>(i), f});
+  for (size_t x = 0; x < n; ++x) {
+    for (const Site& site : sites[x]) {
+      ByteSet f = site.inside;
+      if (site.vanishing_rest) f.merge(follow[g.productions[site.prod].lhs]);
+      occurrences_[x].push_back({site.prod, site.dot, f});
     }
   }
 }

@@ -1,7 +1,9 @@
 // Structured output costs on the V4 tokenizer: grammar compile time per schema (JSON Schema -> grammar,
 // no cache) and token-mask time per decoding step (median, p99) along a valid instance of each schema;
 // the same for strict tool calls (the DSML tool-call grammar of two tools, tool_choice auto, over the
-// vocabulary that keeps the DSML marker) along a V4 tool-call block.
+// vocabulary that keeps the DSML marker) along a V4 tool-call block. Masks three ways, interleaved per
+// round: the full trie walk (no mask cache), the grammar's shared mask cache on its first request (a
+// fresh cache), and on a later request (warm: what a cached schema meets).
 // Usage: bench_grammar [path to the npm V3 base tokenizer.json] (default: the one scripts/setup.sh installs)
 #include <algorithm>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "grammar/json_schema.h"
+#include "grammar/mask_cache.h"
 #include "grammar/token_matcher.h"
 #include "grammar/tool_calls.h"
 #include "tokenizer/deepseek_v4.h"
@@ -44,7 +47,70 @@ const Case kCases[] = {
      R"g({"label":"root","children":[{"label":"left"},{"label":"right","children":[]}]})g"},
     {"api_event", R"g({"type":"object","properties":{"id":{"type":"string","format":"uuid"},"at":{"type":"string","format":"date-time"},"kind":{"enum":["created","updated","deleted"]},"payload":{"type":"object","additionalProperties":{"type":["string","number","boolean","null"]}},"tags":{"type":"array","items":{"type":"string","maxLength":16},"maxItems":8}},"required":["id","at","kind"]})g",
      R"g({"id":"123e4567-e89b-12d3-a456-426614174000","at":"2025-06-30T12:00:00Z","kind":"updated","payload":{"status":"ok","count":3},"tags":["a","b"]})g"},
+    // bench/engine/structured_schema.json (dsinfer bench-serve --schema): bounded strings, where every
+    // position is a new Earley item.
+    {"bench_serve", R"g({"type":"object","properties":{"id":{"type":"string","format":"uuid"},"title":{"type":"string","maxLength":200},"tags":{"type":"array","items":{"type":"string","maxLength":40},"maxItems":8},"priority":{"type":"integer","minimum":0,"maximum":5},"status":{"enum":["open","closed","blocked"]},"notes":{"type":"array","items":{"type":"object","properties":{"author":{"type":"string"},"text":{"type":"string"}},"required":["author","text"],"additionalProperties":false}}},"required":["id","title","tags","priority","status","notes"],"additionalProperties":false})g",
+     R"g({"id":"123e4567-e89b-12d3-a456-426614174000","title":"Quarterly review of the structured output engine and its token masks","tags":["grammar","masks"],"priority":2,"status":"open","notes":[{"author":"Ada","text":"Looks good."}]})g"},
 };
+
+// Mask time per step along `ids` with a fresh matcher; empty when a token is refused.
+std::vector<double> mask_times(const std::shared_ptr<const dsinfer::grammar::Grammar>& g,
+                               const std::shared_ptr<const dsinfer::grammar::Vocabulary>& vocab,
+                               const std::vector<int32_t>& ids) {
+  dsinfer::grammar::TokenMatcher m(g, vocab);
+  dsinfer::grammar::TokenMask mask((vocab->size() + 31) / 32);
+  std::vector<double> out;
+  for (int32_t id : ids) {
+    auto t = Clock::now();
+    m.fill_mask(mask);
+    out.push_back(ms_since(t));
+    if (!m.accept_token(id)) return {};
+  }
+  return out;
+}
+
+// Prints the three ways' mask times for one grammar (rounds interleaved); false when a token is refused.
+bool report_masks(const char* name, double compile_ms, const dsinfer::grammar::Grammar& compiled,
+                  const std::shared_ptr<const dsinfer::grammar::Vocabulary>& vocab, const std::vector<int32_t>& ids,
+                  const char* extra = "") {
+  using dsinfer::grammar::Grammar;
+  using dsinfer::grammar::MaskCache;
+  constexpr int kRounds = 3;
+  Grammar plain = compiled;
+  plain.mask_cache = nullptr;
+  auto full = std::make_shared<const Grammar>(std::move(plain));
+  std::vector<double> full_ms, first_ms, warm_ms, analysis_ms;
+  MaskCache::Stats stats;
+  for (int round = 0; round < kRounds; ++round) {
+    Grammar fresh = compiled;
+    auto t = Clock::now();
+    fresh.mask_cache = std::make_shared<MaskCache>(fresh);
+    analysis_ms.push_back(ms_since(t));
+    auto cached = std::make_shared<const Grammar>(std::move(fresh));
+    std::vector<double> a = mask_times(full, vocab, ids), b = mask_times(cached, vocab, ids),
+                        c = mask_times(cached, vocab, ids);
+    if (a.empty() || b.empty() || c.empty()) {
+      std::fprintf(stderr, "%s: a token was refused\n", name);
+      return false;
+    }
+    full_ms.insert(full_ms.end(), a.begin(), a.end());
+    first_ms.insert(first_ms.end(), b.begin(), b.end());
+    warm_ms.insert(warm_ms.end(), c.begin(), c.end());
+    stats = cached->mask_cache->stats();
+  }
+  auto line = [](const std::vector<double>& v) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.2f / %.2f / %.2f", percentile(v, 0.5), percentile(v, 0.99), percentile(v, 1.0));
+    return std::string(buf);
+  };
+  std::printf("%-12s compile median %.3f ms (of which mask-cache analysis %.3f ms), %zu steps x %d rounds%s\n"
+              "  mask median / p99 / max ms: full walk %s | cached, first request %s | cached, warm %s\n"
+              "  cache: %zu entries, %.0f KiB, %zu walks\n",
+              name, compile_ms, percentile(analysis_ms, 0.5), ids.size(), kRounds, extra, line(full_ms).c_str(),
+              line(first_ms).c_str(), line(warm_ms).c_str(), stats.entries, static_cast<double>(stats.bytes) / 1024.0,
+              stats.walks);
+  return true;
+}
 
 }  // namespace
 
@@ -73,22 +139,7 @@ int main(int argc, char** argv) {
       g = grammar::json_schema_grammar(schema);
       compile_ms.push_back(ms_since(t));
     }
-    auto shared = std::make_shared<const grammar::Grammar>(std::move(g));
-    grammar::TokenMatcher m(shared, vocab);
-    grammar::TokenMask mask((vocab->size() + 31) / 32);
-    std::vector<double> mask_ms;
-    for (int32_t id : tok.encode_plain(c.instance)) {
-      auto t = Clock::now();
-      m.fill_mask(mask);
-      mask_ms.push_back(ms_since(t));
-      if (!m.accept_token(id)) {
-        std::fprintf(stderr, "%s: instance rejected\n", c.name);
-        return 1;
-      }
-    }
-    std::printf("%-12s compile median %.3f ms | mask per token over %zu steps: median %.2f ms, p99 %.2f ms, max %.2f ms\n",
-                c.name, percentile(compile_ms, 0.5), mask_ms.size(), percentile(mask_ms, 0.5), percentile(mask_ms, 0.99),
-                percentile(mask_ms, 1.0));
+    if (!report_masks(c.name, percentile(compile_ms, 0.5), g, vocab, tok.encode_plain(c.instance))) return 1;
   }
   // Strict tools: text, then a block of two calls.
   {
@@ -117,22 +168,12 @@ int main(int argc, char** argv) {
                              "invoke>\n</" + d + "tool_calls>";
     std::vector<tokenizer::SpecialRange> specials;
     for (size_t at = text.find(d); at != std::string::npos; at = text.find(d, at + 1)) specials.push_back({at, at + d.size()});
-    grammar::TokenMatcher m(std::make_shared<const grammar::Grammar>(std::move(g)), tool_vocab);
-    grammar::TokenMask mask((tool_vocab->size() + 31) / 32);
-    std::vector<double> mask_ms;
-    for (int32_t id : tok.encode_with_specials(text, specials)) {
-      auto t = Clock::now();
-      m.fill_mask(mask);
-      mask_ms.push_back(ms_since(t));
-      if (!m.accept_token(id)) {
-        std::fprintf(stderr, "strict_tools: block rejected\n");
-        return 1;
-      }
+    char extra[96];
+    std::snprintf(extra, sizeof extra, " (vocabulary with the DSML marker built in %.1f ms)", vocab_ms);
+    if (!report_masks("strict_tools", percentile(compile_ms, 0.5), g, tool_vocab, tok.encode_with_specials(text, specials),
+                      extra)) {
+      return 1;
     }
-    std::printf("%-12s compile median %.3f ms | mask per token over %zu steps: median %.2f ms, p99 %.2f ms, max %.2f ms"
-                " (vocabulary with the DSML marker built in %.1f ms)\n",
-                "strict_tools", percentile(compile_ms, 0.5), mask_ms.size(), percentile(mask_ms, 0.5),
-                percentile(mask_ms, 0.99), percentile(mask_ms, 1.0), vocab_ms);
   }
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "grammar/earley_matcher.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace dsinfer::grammar {
@@ -18,13 +20,33 @@ uint64_t mix(uint64_t k) {
 constexpr size_t kMaxBytes = size_t{1} << 28;
 }  // namespace
 
-EarleyMatcher::EarleyMatcher(std::shared_ptr<const Grammar> grammar) : g_(std::move(grammar)) {
+EarleyMatcher::EarleyMatcher(std::shared_ptr<const Grammar> grammar)
+    : EarleyMatcher(grammar, grammar->start) {}
+
+EarleyMatcher::EarleyMatcher(std::shared_ptr<const Grammar> grammar, int32_t start) : g_(std::move(grammar)) {
   seen_keys_.assign(64, 0);
   seen_gen_.assign(64, 0);
   ++gen_;
   seen_count_ = 0;
   set_begin_.push_back(0);
-  for (int32_t p : g_->by_lhs[g_->start]) add({static_cast<uint32_t>(p), 0, 0});
+  for (int32_t p : g_->by_lhs[start]) add({static_cast<uint32_t>(p), 0, 0});
+  close();
+}
+
+void EarleyMatcher::begin_set() {
+  DSINFER_CHECK(bytes_accepted() + 1 < kMaxBytes, "grammar matcher input too long");
+  set_begin_.push_back(static_cast<uint32_t>(items_.size()));
+  ++gen_;
+  if (gen_ == 0) {  // wrapped: start the table over
+    std::fill(seen_gen_.begin(), seen_gen_.end(), 0);
+    gen_ = 1;
+  }
+  seen_count_ = 0;
+}
+
+void EarleyMatcher::push_items(std::span<const Item> items) {
+  begin_set();
+  for (const Item& it : items) add(it);
   close();
 }
 
@@ -80,16 +102,9 @@ void EarleyMatcher::close() {
 }
 
 bool EarleyMatcher::accept_byte(uint8_t b) {
-  DSINFER_CHECK(bytes_accepted() + 1 < kMaxBytes, "grammar matcher input too long");
   const size_t begin = set_begin_.back();
   const size_t end = items_.size();
-  set_begin_.push_back(static_cast<uint32_t>(end));
-  ++gen_;
-  if (gen_ == 0) {  // wrapped: start the table over
-    std::fill(seen_gen_.begin(), seen_gen_.end(), 0);
-    gen_ = 1;
-  }
-  seen_count_ = 0;
+  begin_set();
   for (size_t i = begin; i < end; ++i) {
     const Item it = items_[i];
     Symbol s = next_symbol(it);

@@ -17,6 +17,9 @@ namespace dsinfer::grammar {
 class EarleyMatcher {
  public:
   explicit EarleyMatcher(std::shared_ptr<const Grammar> grammar);
+  // Set 0 predicts `start` instead of the grammar's start (the context-free part of any set where
+  // `start` was predicted: the token-mask cache's walks from one Earley item).
+  EarleyMatcher(std::shared_ptr<const Grammar> grammar, int32_t start);
 
   // Accepts one byte if the grammar allows it here; on false nothing changed.
   bool accept_byte(uint8_t b);
@@ -41,9 +44,16 @@ class EarleyMatcher {
     uint32_t origin;
   };
   static constexpr Symbol kNone = INT32_MIN;
+  // Starts a new set with the given items (as if a byte had advanced them) and closes it.
+  void push_items(std::span<const Item> items);
   // The items of the current position (what the next byte is matched against).
   std::span<const Item> last_set() const {
     return std::span<const Item>(items_.data() + set_begin_.back(), items_.size() - set_begin_.back());
+  }
+  // The items of set k (k <= bytes_accepted()).
+  std::span<const Item> set(size_t k) const {
+    const size_t end = k + 1 < set_begin_.size() ? set_begin_[k + 1] : items_.size();
+    return std::span<const Item>(items_.data() + set_begin_[k], end - set_begin_[k]);
   }
   Symbol next_symbol(const Item& it) const {
     const auto& rhs = g_->productions[it.prod].rhs;
@@ -51,6 +61,7 @@ class EarleyMatcher {
   }
 
  private:
+  void begin_set();
   void add(const Item& it);
   void close();  // completes and predicts the set being built
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "grammar/mask_cache.h"
 #include "grammar/utf8_ranges.h"
 
 namespace dsinfer::grammar {
@@ -324,7 +325,11 @@ std::string byte_set_text(const ByteSet& s) {
 
 }  // namespace
 
-Grammar GrammarBuilder::build(const std::string& start) const { return Lowerer(rules_).run(order_, start); }
+Grammar GrammarBuilder::build(const std::string& start) const {
+  Grammar g = Lowerer(rules_).run(order_, start);
+  g.mask_cache = std::make_shared<MaskCache>(g);
+  return g;
+}
 
 std::string to_string(const Grammar& g) {
   std::ostringstream out;

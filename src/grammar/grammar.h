@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -67,6 +68,8 @@ using Symbol = int32_t;
 inline bool is_terminal(Symbol s) { return s < 0; }
 inline int32_t terminal_index(Symbol s) { return -1 - s; }
 
+class MaskCache;  // mask_cache.h
+
 // Byte-level BNF: what the matcher runs.
 struct Grammar {
   struct Production {
@@ -79,6 +82,9 @@ struct Grammar {
   std::vector<ByteSet> terminals;
   std::vector<char> nullable;                   // per nonterminal
   int32_t start = 0;
+  // Token masks per Earley item, shared by every matcher of this grammar (GrammarBuilder::build makes
+  // it; null: every mask is walked in full). Copies share it, so a copy must not change the rules.
+  std::shared_ptr<MaskCache> mask_cache;
 };
 
 // Collects named rules and lowers them. Throws core::Error for a reference to an undefined rule, a rule

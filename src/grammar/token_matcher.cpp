@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "grammar/mask_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::grammar {
@@ -71,7 +72,7 @@ std::shared_ptr<const Vocabulary> Vocabulary::from_tokenizer(const tokenizer::To
 }
 
 TokenMatcher::TokenMatcher(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const Vocabulary> vocab)
-    : vocab_(std::move(vocab)), matcher_(std::move(grammar)) {}
+    : grammar_(grammar), vocab_(std::move(vocab)), matcher_(std::move(grammar)) {}
 
 bool TokenMatcher::is_eos(int32_t id) const {
   const auto& e = vocab_->eos_ids();
@@ -127,7 +128,11 @@ void TokenMatcher::fill_mask(std::span<uint32_t> words) {
     } else {
       std::string root_key = key_;
       const size_t root_max_origin = key_max_origin_;
-      walk(words, base, path_state, any);
+      if (grammar_->mask_cache) {
+        fill_from_cache(words, base, path_state, any);
+      } else {
+        walk(words, base, path_state, any);
+      }
       if (masks_.size() >= kMaxCachedMasks) masks_.clear();
       masks_.emplace(std::move(root_key),
                      CachedMask{std::vector<uint32_t>(words.begin(), words.end()), any, root_max_origin});
@@ -138,16 +143,59 @@ void TokenMatcher::fill_mask(std::span<uint32_t> words) {
   }
 }
 
-void TokenMatcher::walk(std::span<uint32_t> words, size_t base, std::vector<uint32_t>& path_state, bool& any) {
+void TokenMatcher::fill_from_cache(std::span<uint32_t> words, size_t base, std::vector<uint32_t>& path_state,
+                                   bool& any) {
+  // The kernel items: those that started before this set (at the start of the text, none: the start
+  // entry). Completed ones never act again.
+  kernel_keys_.clear();
+  if (base == 0) {
+    kernel_keys_.push_back(MaskCache::kStartKey);
+  } else {
+    for (const EarleyMatcher::Item& it : matcher_.last_set()) {
+      if (it.origin < base && matcher_.next_symbol(it) != EarleyMatcher::kNone) {
+        kernel_keys_.push_back(MaskCache::item_key(it.prod, it.dot));
+      }
+    }
+    std::sort(kernel_keys_.begin(), kernel_keys_.end());
+    kernel_keys_.erase(std::unique(kernel_keys_.begin(), kernel_keys_.end()), kernel_keys_.end());
+  }
+  roots_.clear();
+  for (uint64_t key : kernel_keys_) {
+    auto entry = grammar_->mask_cache->entry(grammar_, vocab_, key);
+    entry->apply(words);
+    roots_.insert(roots_.end(), entry->roots.begin(), entry->roots.end());
+  }
+  if (!roots_.empty()) {
+    std::sort(roots_.begin(), roots_.end());
+    roots_.erase(std::unique(roots_.begin(), roots_.end()), roots_.end());
+    walk(words, base, path_state, any, &roots_);
+  }
+  any = std::any_of(words.begin(), words.end(), [](uint32_t w) { return w != 0; });
+}
+
+void TokenMatcher::walk(std::span<uint32_t> words, size_t base, std::vector<uint32_t>& path_state, bool& any,
+                        const std::vector<uint32_t>* roots) {
   auto allow = [&](int32_t id) { words[id >> 5] |= 1u << (id & 31); };
   const auto& nodes = vocab_->nodes();
   const auto& ids = vocab_->ids();
   std::vector<uint8_t> path;  // the bytes of the walk's path
   size_t real = 0;            // path bytes actually pushed on the matcher (a prefix of the path)
+  size_t next_root = 0;       // with roots: the first one not passed yet
+  uint32_t inside_end = 0;    // with roots: the end of the root subtree being walked
   {
     ByteSet first = matcher_.allowed_bytes();
     for (uint32_t i = 0; i < nodes.size();) {
       const Vocabulary::Node& n = nodes[i];
+      if (roots != nullptr && i >= inside_end) {  // outside the subtrees to walk: only the paths to them
+        while (next_root < roots->size() && (*roots)[next_root] < i) ++next_root;
+        if (next_root == roots->size()) break;
+        if ((*roots)[next_root] == i) {
+          inside_end = n.end;
+        } else if ((*roots)[next_root] >= n.end) {
+          i = n.end;
+          continue;
+        }
+      }
       if (n.depth == 1 && !first.has(n.byte)) {  // most first bytes die here
         i = n.end;
         continue;

@@ -84,10 +84,19 @@ class TokenMatcher {
 
  private:
   uint32_t intern_last_set(size_t base, const std::vector<uint32_t>& path_state);
-  void walk(std::span<uint32_t> words, size_t base, std::vector<uint32_t>& path_state, bool& any);
+  // Walks the trie from the current set; with `roots` (ascending trie nodes) only their subtrees (and
+  // the paths to them).
+  void walk(std::span<uint32_t> words, size_t base, std::vector<uint32_t>& path_state, bool& any,
+            const std::vector<uint32_t>* roots = nullptr);
+  // The union of the kernel items' cached tokens (grammar's MaskCache) and the real walk under their
+  // uncertain roots: the same mask as walk().
+  void fill_from_cache(std::span<uint32_t> words, size_t base, std::vector<uint32_t>& path_state, bool& any);
 
+  std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;
   EarleyMatcher matcher_;
+  std::vector<uint64_t> kernel_keys_;
+  std::vector<uint32_t> roots_;
   // fill_mask's walk as a lazily built automaton: Earley sets reached during the walk are interned by
   // their canonical content, and (state, byte) transitions cached, so most trie nodes cost one lookup
   // instead of an Earley step (inside a JSON string nearly every token leads to the same state).

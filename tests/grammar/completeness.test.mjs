@@ -125,7 +125,8 @@ function rng(seed) {
 
 function accepts(cases) {
   assert.ok(tool, 'GRAMMAR_ACCEPTS (the grammar_accepts tool) is not set: run through ctest');
-  const input = cases.map((c) => JSON.stringify({ kind: c.kind, source: c.source, text: c.text })).join('\n') + '\n';
+  const input = cases.map((c) => JSON.stringify({ kind: c.kind, source: c.source, text: c.text, compare: c.compare }))
+    .join('\n') + '\n';
   const r = spawnSync(tool, [], { input, encoding: 'utf8', maxBuffer: 1 << 26 });
   assert.equal(r.status, 0, `grammar_accepts failed: ${r.stderr}`);
   const lines = r.stdout.trim().split('\n').map((l) => JSON.parse(l));
@@ -180,6 +181,17 @@ test('randexp strings of each regex are accepted token by token', () => {
     return `${c.source} seed ${c.seed}: '${c.text}'\n  ${answers[i].error}`;
   });
   assert.deepEqual(refused, [], `${refused.length} of ${cases.length} regex strings refused`);
+});
+
+test('the shared token-mask cache gives the full walk\'s mask bit for bit along random walks', () => {
+  // src/grammar/mask_cache.*: every schema and regex of the corpus, seeded walks with rollbacks.
+  const cases = [
+    ...Object.entries(schemas).map(([name, schema], i) => ({ kind: 'json_schema', source: schema, name, seed: 10 + i })),
+    ...regexes.map((pattern, i) => ({ kind: 'regex', source: pattern, name: pattern, seed: 100 + i })),
+  ].map((c) => ({ ...c, compare: { seed: c.seed, walks: 2, steps: 40 } }));
+  const answers = accepts(cases);
+  const differ = cases.filter((c, i) => !answers[i].ok).map((c) => `${c.name}: ${answers[cases.indexOf(c)].error}`);
+  assert.deepEqual(differ, [], `${differ.length} of ${cases.length} grammars differ`);
 });
 
 test('a text outside the grammar is refused (the check can fail)', () => {

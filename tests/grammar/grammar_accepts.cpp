@@ -2,7 +2,10 @@
 //   {"kind": "json_schema" | "regex", "source": <schema> | "<pattern>", "text": "<instance>"}
 // on stdin and answers each with one line, {"ok": true} or {"ok": false, "error": "..."}: ok when the
 // text, as the V4 tokenizer encodes it, is accepted token by token, every token in its step's mask,
-// and end of text is allowed after it. Grammars are compiled once per source.
+// and end of text is allowed after it. Grammars are compiled once per source. A line with
+//   "compare": {"seed": S, "walks": W, "steps": N}
+// instead of "text" runs W seeded random walks of up to N tokens with rollbacks, ok when every step's
+// mask from the grammar's shared mask cache equals the full trie walk's bit for bit (mask_compare.h).
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -12,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "grammar/json_schema.h"
+#include "grammar/mask_compare.h"
 #include "grammar/regex.h"
 #include "grammar/test_util.h"
 #include "grammar/token_matcher.h"
@@ -62,8 +66,15 @@ int run() {
           throw std::runtime_error("unknown kind '" + kind + "'");
         }
       }
-      TokenMatcher m(g, vocab);
-      const std::string error = check(m, in.at("text").get<std::string>());
+      std::string error;
+      if (in.contains("compare")) {
+        const Json& c = in.at("compare");
+        error = testing::compare_mask_walks(g, vocab, c.at("seed").get<uint32_t>(), c.at("walks").get<int>(),
+                                            c.at("steps").get<int>());
+      } else {
+        TokenMatcher m(g, vocab);
+        error = check(m, in.at("text").get<std::string>());
+      }
       answer = error.empty() ? Json{{"ok", true}} : Json{{"ok", false}, {"error", error}};
     } catch (const std::exception& e) {
       answer = Json{{"ok", false}, {"error", e.what()}};

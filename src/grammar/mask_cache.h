@@ -1,0 +1,79 @@
+// Token masks that do not depend on the stack, per Earley item, shared by every request of a compiled
+// grammar (the xgrammar idea in Earley terms; src/grammar/README.md "Token masks").
+//
+// An Earley set is the union of what its kernel items (the items that started before it: scanned, or
+// advanced by a completion) lead to, and an item's future depends on the input before it only where one
+// of its productions that started before the set completes and looks into the set it started in. So
+// per kernel item (production, dot) the cache walks the vocabulary trie once from that item alone, with
+// the part of its origin set the item itself implies (the closure of predicting its left-hand side),
+// and sorts every token into accepted whatever the context, rejected whatever the context, or uncertain:
+// a token whose walk died where items of the unknown context could still have scanned its byte (the
+// bytes that may follow a completed nonterminal in the grammar). Uncertain tokens are kept as the trie
+// subtrees (their roots) that the request's matcher walks for real. A set's mask is then the union of
+// its kernel items' accepted tokens and the real walk under their roots: bit for bit the full walk.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/token_matcher.h"
+
+namespace dsinfer::grammar {
+
+class MaskCache {
+ public:
+  // The grammar analysis the walks need (FIRST/FOLLOW byte sets per nonterminal): linear in the
+  // grammar, done at compile time (GrammarBuilder::build).
+  explicit MaskCache(const Grammar& g);
+
+  // One kernel item's tokens.
+  struct Entry {
+    std::vector<uint32_t> words;  // accepted tokens as a bitmask, or empty when `ids` lists them
+    std::vector<int32_t> ids;     // accepted tokens when fewer than the mask's words
+    std::vector<uint32_t> roots;  // trie nodes (ascending) whose subtrees are uncertain
+    size_t bytes() const { return (words.size() + ids.size() + roots.size()) * 4 + sizeof(Entry); }
+    // ORs the accepted tokens into a mask.
+    void apply(std::span<uint32_t> mask) const;
+  };
+  // The key of an item (production, dot), and of the start of the text (no context at all).
+  static uint64_t item_key(uint32_t prod, uint32_t dot) { return (uint64_t{prod} << 32) | dot; }
+  static constexpr uint64_t kStartKey = ~uint64_t{0};
+
+  // The entry of `key` for this grammar over `vocab`: cached, or walked now (outside the lock; two
+  // threads may walk the same entry once each, the first stored wins). Thread-safe.
+  std::shared_ptr<const Entry> entry(const std::shared_ptr<const Grammar>& g,
+                                     const std::shared_ptr<const Vocabulary>& vocab, uint64_t key);
+
+  // Per (grammar, vocabulary), the entries' memory is bounded: past it, all are dropped and refilled.
+  static constexpr size_t kMaxBytesPerVocabulary = size_t{8} << 20;
+  struct Stats {
+    size_t entries = 0, bytes = 0, walks = 0, hits = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Occurrence {
+    int32_t prod;
+    uint32_t dot;
+    ByteSet follow;  // what may follow the nonterminal here: FIRST of the rest, FOLLOW(lhs) if it can vanish
+  };
+  friend class KernelWalk;
+
+  std::vector<std::vector<Occurrence>> occurrences_;  // per nonterminal: where productions use it
+
+  struct PerVocabulary {
+    std::shared_ptr<const Vocabulary> vocab;  // held so that the pointer key is never reused
+    std::unordered_map<uint64_t, std::shared_ptr<const Entry>> entries;
+    size_t bytes = 0;
+  };
+  mutable std::mutex mu_;
+  std::unordered_map<const Vocabulary*, PerVocabulary> by_vocab_;
+  Stats stats_;
+};
+
+}  // namespace dsinfer::grammar

@@ -83,6 +83,14 @@ inline std::vector<Outcome> run_each_alone(const std::shared_ptr<ModelRunner>& r
   return alone;
 }
 
+// The specs submitted in an order drawn from rng; the outcomes in spec order.
+inline std::vector<Outcome> run_shuffled(Engine& engine, const std::vector<RequestSpec>& specs, std::mt19937& rng) {
+  std::vector<size_t> order(specs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  return run_all(engine, specs, order);
+}
+
 template <class Model>
 class EngineModel : public Model {};
 
@@ -156,10 +164,7 @@ TYPED_TEST_P(EngineModel, OutputsDoNotDependOnTheBatch) {
     o.max_batch_tokens = budget;
     o.overlap_scheduling = budget != c.serial_budget;
     auto engine = make_engine(TypeParam::runner(), o);
-    std::vector<size_t> order(specs.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    auto out = run_all(*engine, specs, order);
+    auto out = run_shuffled(*engine, specs, rng);
     ASSERT_EQ(out.size(), specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       EXPECT_EQ(out[i].tokens, alone[i].tokens) << "budget " << budget << " request " << i;

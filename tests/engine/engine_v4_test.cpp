@@ -134,10 +134,7 @@ TEST_F(EngineV4, FastNumericsOutputsDoNotDependOnTheBatchOrTheCache) {
     o.max_batch_tokens = budget;
     auto engine = make_engine(fast, o);
     for (const char* pass : {"cold", "from the cache"}) {
-      std::vector<size_t> order(specs.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::shuffle(order.begin(), order.end(), rng);
-      auto out = run_all(*engine, specs, order);
+      auto out = run_shuffled(*engine, specs, rng);
       ASSERT_EQ(out.size(), specs.size());
       for (size_t i = 0; i < specs.size(); ++i) {
         EXPECT_EQ(out[i].tokens, alone[i].tokens) << "budget " << budget << " " << pass << " request " << i;

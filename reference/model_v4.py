@@ -17,7 +17,6 @@ Numerics (§2.14):
     Only statistically comparable (§2.14).
 """
 import json
-import math
 import os
 
 import numpy as np
@@ -25,6 +24,8 @@ import torch
 import torch.nn.functional as F
 
 import formats
+from model_common import (ReferenceCommon, hadamard_matrix, read_shared_fields, rms_norm, rope_base_freqs, rope_tail,
+                          sqrt_softplus, topk_lower_index_on_ties, yarn_bounds)
 from safetensors_io import Checkpoint
 
 
@@ -32,42 +33,9 @@ class Config:
     """The fields of a Hugging Face V4 config.json this reference uses (§1.1)."""
 
     def __init__(self, d):
-        def need(k):
-            if k not in d:
-                raise ValueError(f"config.json: missing field {k}")
-            return d[k]
-
-        self.vocab = need("vocab_size")
-        self.dim = need("hidden_size")
-        self.n_layers = need("num_hidden_layers")
-        self.n_heads = need("num_attention_heads")
-        self.head_dim = need("head_dim")
-        self.rope_dim = need("qk_rope_head_dim")
-        self.q_lora = need("q_lora_rank")
-        self.o_groups = need("o_groups")
-        self.o_lora = need("o_lora_rank")
-        self.window = need("sliding_window")
-        self.ratios = list(need("compress_ratios"))
-        self.compress_rope_theta = float(need("compress_rope_theta"))
-        self.rope_theta = float(need("rope_theta"))
-        rs = d.get("rope_scaling") or {}
-        self.rope_factor = float(rs.get("factor", 1.0))
-        self.original_seq_len = int(rs.get("original_max_position_embeddings", 0)) if rs else 0
-        self.beta_fast = float(rs.get("beta_fast", 32))
-        self.beta_slow = float(rs.get("beta_slow", 1))
-        self.index_heads = need("index_n_heads")
-        self.index_dim = need("index_head_dim")
-        self.index_topk = need("index_topk")
-        self.moe_inter = need("moe_intermediate_size")
-        self.n_experts = need("n_routed_experts")
+        read_shared_fields(self, d)
         self.n_shared = d.get("n_shared_experts", 1)
-        self.topk = need("num_experts_per_tok")
         self.n_hash = d.get("num_hash_layers", 0)
-        self.route_scale = float(d.get("routed_scaling_factor", 1.0))
-        self.swiglu_limit = float(d.get("swiglu_limit", 0.0))
-        self.hc = need("hc_mult")
-        self.sinkhorn_iters = need("hc_sinkhorn_iters")
-        self.hc_eps = float(need("hc_eps"))
         self.norm_eps = float(d.get("rms_norm_eps", 1e-6))
         self.n_mtp = d.get("num_nextn_predict_layers", 0)
         if d.get("scoring_func", "sqrtsoftplus") != "sqrtsoftplus":
@@ -90,79 +58,23 @@ class Config:
 # Small building blocks
 
 
-def rms_norm(x, weight, eps):
-    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
-    return y * weight if weight is not None else y
-
-
-def hadamard_matrix(n, dtype=torch.float64):
-    """Orthonormal Sylvester Walsh-Hadamard matrix in natural order: H[i][j] = (-1)^popcount(i&j)/sqrt(n)."""
-    if n & (n - 1):
-        raise ValueError(f"Hadamard size {n} is not a power of two")
-    i = torch.arange(n)
-    bits = i[:, None] & i[None, :]
-    parity = torch.zeros(n, n, dtype=torch.int64)
-    while bool(bits.any()):
-        parity ^= bits & 1
-        bits = bits >> 1
-    return (1.0 - 2.0 * parity.to(dtype)) / math.sqrt(n)
-
-
-def sinkhorn(c, iters, eps):
-    """§2.3.1 step 5: row softmax (+eps), column normalisation, then iters-1 x (row, column)."""
-    c = torch.softmax(c, dim=-1) + eps
-    c = c / (c.sum(dim=-2, keepdim=True) + eps)
-    for _ in range(iters - 1):
-        c = c / (c.sum(dim=-1, keepdim=True) + eps)
-        c = c / (c.sum(dim=-2, keepdim=True) + eps)
-    return c
-
-
 def rope_inv_freqs(cfg, ratio):
     """Inverse frequencies f_i (i < rd/2) of one layer (§2.4.1), computed in fp32 as the official
     table is: base 10000 without YaRN for ratio 0, compress_rope_theta with YaRN otherwise."""
-    rd = cfg.rope_dim
-    base = cfg.compress_rope_theta if ratio else cfg.rope_theta
-    f = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=torch.float32) / rd))
+    f, base = rope_base_freqs(cfg, ratio)
     if ratio and cfg.original_seq_len > 0:
-        def corr(rot):
-            return rd * math.log(cfg.original_seq_len / (rot * 2 * math.pi)) / (2 * math.log(base))
-        low = max(math.floor(corr(cfg.beta_fast)), 0)
-        high = min(math.ceil(corr(cfg.beta_slow)), rd - 1)
+        low, high = yarn_bounds(cfg, base)
         if low == high:
             high += 0.001
-        ramp = torch.clamp((torch.arange(rd // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+        ramp = torch.clamp((torch.arange(cfg.rope_dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
         f = f / cfg.rope_factor * ramp + f * (1 - ramp)
     return f
-
-
-def rope(x, angles):
-    """Interleaved RoPE on the last dim of x: pairs (2i, 2i+1) rotated by angles[..., i].
-    `angles` broadcasts against x[..., 0::2]."""
-    xr, xi = x[..., 0::2], x[..., 1::2]
-    c, s = torch.cos(angles), torch.sin(angles)
-    return torch.stack([xr * c - xi * s, xr * s + xi * c], dim=-1).flatten(-2)
-
-
-def rope_tail(x, angles, rd):
-    """RoPE on the last rd elements of x only."""
-    return torch.cat([x[..., :-rd], rope(x[..., -rd:], angles)], dim=-1)
-
-
-def sqrt_softplus(x):
-    return torch.sqrt(torch.clamp(x, min=0) + torch.log1p(torch.exp(-x.abs())))
-
-
-def topk_lower_index_on_ties(scores, k):
-    """Indices of the k largest values per row; exact ties go to the lower index."""
-    order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
-    return order[..., :k]
 
 
 # ---------------------------------------------------------------------------------------------
 
 
-class DeepseekV4Reference:
+class DeepseekV4Reference(ReferenceCommon):
     def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, numerics="plain", trace=False, teacher=None):
         if numerics not in ("plain", "reference"):
             raise ValueError(f"numerics must be 'plain' or 'reference', not {numerics}")
@@ -178,13 +90,6 @@ class DeepseekV4Reference:
         self._hadamard = hadamard_matrix(self.cfg.index_dim, dtype)
 
     # --- weights and numerics hooks ------------------------------------------------------------
-
-    def w(self, name):
-        return torch.from_numpy(self.ckpt.weight(name)).to(self.dtype)
-
-    def p(self, name):
-        """A small non-GEMM parameter (norm weights, hc_*, ape, sink, bias) as a tensor."""
-        return torch.from_numpy(self.ckpt.plain(name).astype(np.float64)).to(self.dtype)
 
     def bf(self, x):
         """bf16 storage rounding, only in 'reference' numerics."""
@@ -214,29 +119,11 @@ class DeepseekV4Reference:
         return self._teach(site, x, 32, formats.fp4_qdq) if self.kv_qdq else x
 
     def _teach(self, site, x, block, qdq):
-        """qdq(x, block), or with a teacher the teacher's values for `site`. Those must be what a correct
-        QDQ of x gives: each value equal to ours, or, where x lies within a hair of a rounding decision
-        (so that a 1e-7 difference upstream may flip it), as far from x as ours to within 1e-5 of the
-        block's amax; and on the grid (a QDQ of it changes nothing). A wrong QDQ in either engine breaks
-        that (measured: truncation instead of RNE, FP4 block 16, see NOTES.md "Teacher forcing")."""
-        own = qdq(x, block)
-        teacher = getattr(self, "teacher", None)  # the unit tests build bare instances without __init__
-        if teacher is None or site is None:
-            return own
-        if site not in teacher:
-            raise KeyError(f"teacher forcing: no values for {site}")
-        d = torch.as_tensor(teacher[site]).to(self.dtype)
-        if not site.startswith("key"):  # KV: the teacher's rope dims are not quantized; ours are used
-            d = d[..., :x.shape[-1]]
-        if d.shape != x.shape:
-            raise ValueError(f"teacher forcing: {site} has shape {tuple(d.shape)}, expected {tuple(x.shape)}")
-        amax = x.reshape(*x.shape[:-1], -1, block).abs().amax(-1, keepdim=True)
-        tol = (1e-5 * amax).expand(*x.shape[:-1], x.shape[-1] // block, block).reshape(x.shape)
-        differ = d != own
-        bad = differ & (((d - x).abs() - (own - x).abs()).abs() > tol)
-        off_grid = qdq(d, block) != d
-        self.teacher_stats[site] = (d.numel(), int(differ.sum()), int(bad.sum()), int(off_grid.sum()))
-        return d
+        """qdq(x, block), or with a teacher the teacher's checked values for `site` (_teacher_or_own;
+        measured: truncation instead of RNE, FP4 block 16 are refused). KV: the teacher's rope dims are
+        not quantized; ours are used."""
+        return self._teacher_or_own(site, x, qdq(x, block), block, lambda d: qdq(d, block) != d,
+                                    trim_to_x=site is not None and not site.startswith("key"))
 
     def rot(self, x, angles):
         """RoPE on the last rope_dim dims (bf16 result in 'reference' numerics, as the official in-place rotation)."""
@@ -246,40 +133,11 @@ class DeepseekV4Reference:
         f = rope_inv_freqs(self.cfg, ratio).to(self.dtype)
         return positions.to(self.dtype)[:, None] * f[None, :]
 
-    def _record(self, key, value):
-        if self.trace is not None:
-            self.trace[key] = value.detach().clone() if torch.is_tensor(value) else value
-
-    # --- mHC (§2.3) ------------------------------------------------------------------------------
-
-    def hc_mix(self, X, prefix):
-        cfg = self.cfg
-        T, hc, d = X.shape
-        v = X.reshape(T, hc * d)
-        rho = torch.rsqrt(v.square().mean(-1, keepdim=True) + cfg.norm_eps)
-        m = (v @ self.p(prefix + "_fn").T) * rho
-        s, b = self.p(prefix + "_scale"), self.p(prefix + "_base")
-        pre = torch.sigmoid(m[:, :hc] * s[0] + b[:hc]) + cfg.hc_eps
-        post = 2 * torch.sigmoid(m[:, hc:2 * hc] * s[1] + b[hc:2 * hc])
-        comb = (m[:, 2 * hc:] * s[2] + b[2 * hc:]).view(T, hc, hc)
-        comb = sinkhorn(comb, cfg.sinkhorn_iters, cfg.hc_eps)
-        return pre, post, comb
-
-    @staticmethod
-    def hc_pre(X, pre):
-        return torch.einsum("tj,tjd->td", pre, X)
-
-    @staticmethod
-    def hc_post(f, X, post, comb):
-        # X'[k] = post[k] f + sum_j comb[j][k] X[j]: contraction over the FIRST index of comb.
-        return post[:, :, None] * f[:, None, :] + torch.einsum("tjk,tjd->tkd", comb, X)
+    # --- mHC (§2.3; hc_mix, hc_pre, hc_post: model_common) ---------------------------------------------
 
     def hc_head(self, X, prefix):
         cfg = self.cfg
-        T, hc, d = X.shape
-        v = X.reshape(T, hc * d)
-        rho = torch.rsqrt(v.square().mean(-1, keepdim=True) + cfg.norm_eps)
-        m = (v @ self.p(prefix + "hc_head_fn").T) * rho
+        m = self.hc_logits(X, prefix + "hc_head_fn")
         pre = torch.sigmoid(m * self.p(prefix + "hc_head_scale") + self.p(prefix + "hc_head_base")) + cfg.hc_eps
         return self.bf(self.hc_pre(X, pre))
 
@@ -409,7 +267,6 @@ class DeepseekV4Reference:
 
     def moe(self, x, ids, prefix, L):
         cfg = self.cfg
-        T = x.shape[0]
         logits = x @ self.w(prefix + "gate.weight").T
         sig = sqrt_softplus(logits)
         if L < cfg.n_hash:
@@ -423,12 +280,7 @@ class DeepseekV4Reference:
         weights = weights / weights.sum(dim=-1, keepdim=True) * cfg.route_scale
         self._record(f"layer{L}.experts", sel)
         self._record(f"layer{L}.route_weights", weights)
-        y = torch.zeros(T, cfg.dim, dtype=self.dtype)
-        for e in torch.unique(sel).tolist():
-            rows, slot = torch.where(sel == e)
-            y.index_add_(0, rows, self.swiglu(x[rows], f"{prefix}experts.{e}.", weights[rows, slot][:, None]))
-        y = y + self.swiglu(x, prefix + "shared_experts.")
-        return self.bf(y)
+        return self.bf(self.experts(x, sel, weights, prefix))
 
     # --- blocks and model -----------------------------------------------------------------------------
 
@@ -442,28 +294,9 @@ class DeepseekV4Reference:
         self._record(f"layer{L}.out", X)
         return X
 
-    def embed(self, ids):
-        rows = self.ckpt.plain("embed.weight", rows=ids.numpy())
-        return torch.from_numpy(rows.astype(np.float64)).to(self.dtype)
-
-    def head(self):
-        if self._head is None:
-            self._head = self.w("head.weight")
-        return self._head
-
     def logits_from_state(self, X, prefix):
         y = self.norm(self.hc_head(X, prefix), prefix + "norm")
         return y @ self.head().T
-
-    def _check_ids(self, ids):
-        ids = torch.as_tensor(ids, dtype=torch.int64)
-        if ids.ndim != 1 or ids.numel() == 0:
-            raise ValueError("prompt ids must be a non-empty 1-D list")
-        bad = (ids < 0) | (ids >= self.cfg.vocab)
-        if bool(bad.any()):
-            p = int(torch.where(bad)[0][0])
-            raise ValueError(f"prompt id {int(ids[p])} at position {p} is outside [0, {self.cfg.vocab})")
-        return ids
 
     def forward(self, ids):
         """Returns (logits [T, vocab], final 4-stream state [T, hc, d]) for a prompt from position 0."""

@@ -15,8 +15,9 @@ key{L} [G, index_dim] for layer L); each is checked to be a correct rounding of 
 pre-QDQ values (or on a rounding boundary) and on the grid, then used instead of the own QDQ result;
 `teacher_stats[site]` = (values, differing from the own QDQ, not a nearest rounding, off grid).
 
-Small shared pieces (RMSNorm, Sinkhorn, interleaved RoPE, sqrt-softplus, top-k with ties to the lower
-index) are the V4 reference's: the spec says they are unchanged (§2.3, §2.4.1, §2.11).
+Small shared pieces (RMSNorm, mHC with Sinkhorn, interleaved RoPE, sqrt-softplus, top-k with ties to the
+lower index, the expert sum, the teacher check) are the V4 reference's, in model_common.py: the spec says
+they are unchanged (§2.3, §2.4.1, §2.11).
 """
 import json
 import math
@@ -28,7 +29,8 @@ import torch.nn.functional as F
 
 import engram_v41
 import formats
-from model_v4 import rms_norm, rope_tail, sinkhorn, sqrt_softplus, topk_lower_index_on_ties
+from model_common import (ReferenceCommon, field_reader, read_shared_fields, rms_norm, rope_base_freqs, rope_tail,
+                          sqrt_softplus, topk_lower_index_on_ties, yarn_bounds)
 from safetensors_io import Checkpoint
 
 
@@ -44,47 +46,15 @@ class ConfigV41:
         if arch != "DeepseekV41ForCausalLM":
             raise ValueError(f"config.json: architectures[0] is {arch!r}, not DeepseekV41ForCausalLM")
 
-        def need(k):
-            if k not in d:
-                raise ValueError(f"config.json: missing field {k}")
-            return d[k]
-
-        self.vocab = need("vocab_size")
-        self.dim = need("hidden_size")
-        self.n_layers = need("num_hidden_layers")
-        self.n_heads = need("num_attention_heads")
-        self.head_dim = need("head_dim")
-        self.rope_dim = need("qk_rope_head_dim")
-        self.q_lora = need("q_lora_rank")
-        self.o_groups = need("o_groups")
-        self.o_lora = need("o_lora_rank")
-        self.window = need("sliding_window")
-        self.ratios = list(need("compress_ratios"))
-        self.compress_rope_theta = float(need("compress_rope_theta"))
-        self.rope_theta = float(need("rope_theta"))
-        rs = d.get("rope_scaling") or {}
-        self.rope_factor = float(rs.get("factor", 1.0))
-        self.original_seq_len = int(rs.get("original_max_position_embeddings", 0))
-        self.beta_fast = float(rs.get("beta_fast", 32))
-        self.beta_slow = float(rs.get("beta_slow", 1))
-        self.index_heads = need("index_n_heads")
-        self.index_dim = need("index_head_dim")
-        self.index_topk = need("index_topk")
+        need = field_reader(d)
+        read_shared_fields(self, d)
         self.kv_sources = list(need("kv_source_layer_ids"))
         self.index_sources = list(need("index_source_layer_ids"))
         self.cand_source = d.get("candidate_source_layer_id", -1)
         self.cand_blocks = d.get("candidate_topk_blocks", 0)
         self.cand_block = d.get("candidate_block_size", 0)
-        self.moe_inter = need("moe_intermediate_size")
-        self.n_experts = need("n_routed_experts")
-        self.topk = need("num_experts_per_tok")
-        self.route_scale = float(d.get("routed_scaling_factor", 1.0))
         self.norm_topk = bool(d.get("norm_topk_prob", True))
         self.gate_temp = float(d.get("gate_temp", 1.0))
-        self.swiglu_limit = float(d.get("swiglu_limit", 0.0))
-        self.hc = need("hc_mult")
-        self.sinkhorn_iters = need("hc_sinkhorn_iters")
-        self.hc_eps = float(need("hc_eps"))
         self.norm_eps = float(need("rms_norm_eps"))
         self.engram_layers = list(d.get("engram_layer_ids", []))
         if self.engram_layers:
@@ -123,28 +93,28 @@ class ConfigV41:
 def rope_inv_freqs_v41(cfg, ratio):
     """§2.4.1: fp32 table; ratio 0 (and DSpark stages) base rope_theta without YaRN, compressed layers
     compress_rope_theta with YaRN; ramp denominator max(high - low, 0.001)."""
-    rd = cfg.rope_dim
-    base = cfg.compress_rope_theta if ratio else cfg.rope_theta
-    f = 1.0 / (base ** (torch.arange(0, rd, 2, dtype=torch.float32) / rd))
+    f, base = rope_base_freqs(cfg, ratio)
     if ratio and cfg.original_seq_len > 0:
-        def corr(rot):
-            return rd * math.log(cfg.original_seq_len / (rot * 2 * math.pi)) / (2 * math.log(base))
-        low = max(math.floor(corr(cfg.beta_fast)), 0)
-        high = min(math.ceil(corr(cfg.beta_slow)), rd - 1)
-        ramp = torch.clamp((torch.arange(rd // 2, dtype=torch.float32) - low) / max(high - low, 0.001), 0, 1)
+        low, high = yarn_bounds(cfg, base)
+        ramp = torch.clamp((torch.arange(cfg.rope_dim // 2, dtype=torch.float32) - low) / max(high - low, 0.001), 0, 1)
         s = 1 - ramp
         f = (f / cfg.rope_factor) * (1 - s) + f * s
     return f
 
 
+def e4m3_block_scale(x, block):
+    """§2.10 the E4M3 scale of each block of x: E4M3_RNE(max(amax, 6*2^-9) / 6), amax and the division in
+    fp32, saturating at 448."""
+    amax = x.reshape(*x.shape[:-1], x.shape[-1] // block, block).abs().amax(dim=-1, keepdim=True).to(torch.float32)
+    amax = torch.clamp(amax, min=6.0 * 2.0 ** -9)
+    return formats.round_e4m3(torch.clamp(amax / torch.tensor(6.0, dtype=torch.float32), max=448.0)).to(x.dtype)
+
+
 def fp4_qdq_e4m3_scale(x, block=16):
-    """§2.10 compressed KV: FP4 E2M1 per block with a full E4M3 scale E4M3_RNE(max(amax, 6*2^-9) / 6),
-    amax and the division in fp32, saturating at 448."""
+    """§2.10 compressed KV: FP4 E2M1 per block with a full E4M3 scale (e4m3_block_scale)."""
     shape = x.shape
     xb = x.reshape(*shape[:-1], shape[-1] // block, block)
-    amax = xb.abs().amax(dim=-1, keepdim=True).to(torch.float32)
-    amax = torch.clamp(amax, min=6.0 * 2.0 ** -9)
-    s = formats.round_e4m3(torch.clamp(amax / torch.tensor(6.0, dtype=torch.float32), max=448.0)).to(x.dtype)
+    s = e4m3_block_scale(x, block)
     q = formats.round_e2m1(torch.clamp(xb / s, -6.0, 6.0))
     return (q * s).reshape(shape)
 
@@ -153,14 +123,11 @@ def fp4_e4m3_scale_on_grid(d, x, block=16):
     """Whether each value of d is an E2M1 value times the block's E4M3 scale computed from x (as
     fp4_qdq_e4m3_scale does)."""
     shape = x.shape
-    amax = torch.clamp(x.reshape(*shape[:-1], shape[-1] // block, block).abs().amax(-1, keepdim=True)
-                       .to(torch.float32), min=6.0 * 2.0 ** -9)
-    s = formats.round_e4m3(torch.clamp(amax / torch.tensor(6.0, dtype=torch.float32), max=448.0)).to(x.dtype)
-    q = d.reshape(*shape[:-1], shape[-1] // block, block) / s
+    q = d.reshape(*shape[:-1], shape[-1] // block, block) / e4m3_block_scale(x, block)
     return ((formats.round_e2m1(q) == q) & (q.abs() <= 6.0)).reshape(shape)
 
 
-class DeepseekV41Reference:
+class DeepseekV41Reference(ReferenceCommon):
     def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, trace=False, teacher=None):
         self.cfg = ConfigV41.load(model_dir)
         self.teacher = teacher
@@ -181,13 +148,7 @@ class DeepseekV41Reference:
                                      f"sum of the layer's bucket primes, {sum(p)}")
             self.mults = [engram_v41.multipliers(L, cfg.engram_cvs, cfg.engram_n) for L in cfg.engram_layers]
 
-    # --- weights ----------------------------------------------------------------------------------
-
-    def w(self, name):
-        return torch.from_numpy(self.ckpt.weight(name)).to(self.dtype)
-
-    def p(self, name):
-        return torch.from_numpy(self.ckpt.plain(name).astype(np.float64)).to(self.dtype)
+    # --- weights and QDQ (w, p, embed, head: model_common) -----------------------------------------
 
     def lin(self, x, name):
         return x @ self.w(name + ".weight").T
@@ -212,52 +173,13 @@ class DeepseekV41Reference:
         return self._teach(site, x, 32, lambda v: formats.fp4_qdq(v, 32)) if self.kv_qdq else x
 
     def _teach(self, site, x, block, qdq, on_grid=None):
-        """qdq(x), or with a teacher the teacher's values for `site`, checked as V4's reference does: each
-        equal to ours or, where x lies within a hair of a rounding decision, as far from x as ours to within
-        1e-5 of the block's amax; and on the grid (power-of-two scales: a QDQ of it changes nothing; E4M3
-        scales, not idempotent: on the E2M1 grid of our own block scale)."""
-        own = qdq(x)
-        teacher = getattr(self, "teacher", None)
-        if teacher is None or site is None:
-            return own
-        if site not in teacher:
-            raise KeyError(f"teacher forcing: no values for {site}")
-        d = torch.as_tensor(teacher[site]).to(self.dtype)
-        if d.shape != x.shape:
-            raise ValueError(f"teacher forcing: {site} has shape {tuple(d.shape)}, expected {tuple(x.shape)}")
-        amax = x.reshape(*x.shape[:-1], -1, block).abs().amax(-1, keepdim=True)
-        tol = (1e-5 * amax).expand(*x.shape[:-1], x.shape[-1] // block, block).reshape(x.shape)
-        differ = d != own
-        bad = differ & (((d - x).abs() - (own - x).abs()).abs() > tol)
-        off_grid = ~on_grid(d, x) if on_grid else qdq(d) != d
-        self.teacher_stats[site] = (d.numel(), int(differ.sum()), int(bad.sum()), int(off_grid.sum()))
-        return d
+        """qdq(x), or with a teacher the teacher's values for `site`, checked as V4's reference does
+        (_teacher_or_own); on the grid: power-of-two scales, a QDQ of it changes nothing; E4M3 scales,
+        not idempotent: on the E2M1 grid of our own block scale."""
+        off_grid = (lambda d: ~on_grid(d, x)) if on_grid else (lambda d: qdq(d) != d)
+        return self._teacher_or_own(site, x, qdq(x), block, off_grid)
 
-    def _record(self, key, value):
-        if self.trace is not None:
-            self.trace[key] = value.detach().clone() if torch.is_tensor(value) else value
-
-    # --- mHC (§2.3, deferred mixing §2.2) ---------------------------------------------------------
-
-    def hc_mix(self, X, prefix):
-        cfg = self.cfg
-        T, hc, d = X.shape
-        v = X.reshape(T, hc * d)
-        rho = torch.rsqrt(v.square().mean(-1, keepdim=True) + cfg.norm_eps)
-        m = (v @ self.p(prefix + "_fn").T) * rho
-        s, b = self.p(prefix + "_scale"), self.p(prefix + "_base")
-        pre = torch.sigmoid(m[:, :hc] * s[0] + b[:hc]) + cfg.hc_eps
-        post = 2 * torch.sigmoid(m[:, hc:2 * hc] * s[1] + b[hc:2 * hc])
-        comb = sinkhorn((m[:, 2 * hc:] * s[2] + b[2 * hc:]).view(T, hc, hc), cfg.sinkhorn_iters, cfg.hc_eps)
-        return pre, post, comb
-
-    @staticmethod
-    def hc_pre(X, pre):
-        return torch.einsum("tj,tjd->td", pre, X)
-
-    @staticmethod
-    def hc_post(f, X, post, comb):
-        return post[:, :, None] * f[:, None, :] + torch.einsum("tjk,tjd->tkd", comb, X)
+    # (mHC §2.3, deferred mixing §2.2: hc_mix, hc_pre, hc_post are model_common's.)
 
     # --- Engram (§2.15) ---------------------------------------------------------------------------
 
@@ -292,7 +214,6 @@ class DeepseekV41Reference:
 
     def compress(self, a, prefix, ratio, L=None):
         """(compressed KV [G, hd], index keys [G, index_dim]) of a kv source over the whole sequence."""
-        cfg = self.cfg
         T = a.shape[0]
         G = T // ratio
         u = self.lin(a, prefix + "compressor.wkv")
@@ -407,18 +328,13 @@ class DeepseekV41Reference:
 
     def moe(self, x, prefix, topk):
         cfg = self.cfg
-        T = x.shape[0]
         sig = sqrt_softplus((x @ self.w(prefix + "gate.weight").T) / cfg.gate_temp)
         sel = topk_lower_index_on_ties(sig + self.p(prefix + "gate.bias"), topk)  # text only: never bias_vl
         weights = sig.gather(1, sel)
         if cfg.norm_topk and topk > 1:
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
         weights = weights * cfg.route_scale
-        y = torch.zeros(T, cfg.dim, dtype=self.dtype)
-        for e in torch.unique(sel).tolist():
-            rows, slot = torch.where(sel == e)
-            y.index_add_(0, rows, self.swiglu(x[rows], f"{prefix}experts.{e}.", weights[rows, slot][:, None]))
-        return y + self.swiglu(x, prefix + "shared_experts.")
+        return self.experts(x, sel, weights, prefix)
 
     # --- blocks and model -------------------------------------------------------------------------------
 
@@ -432,25 +348,6 @@ class DeepseekV41Reference:
         f = self.norm(self.hc_pre(X, pre_a), prefix + "ffn_norm")
         X = self.hc_post(self.moe(f, prefix + "ffn.", topk), X, post_f, comb_f)
         return X, pre_f
-
-    def embed(self, ids):
-        rows = self.ckpt.plain("embed.weight", rows=ids.numpy())
-        return torch.from_numpy(rows.astype(np.float64)).to(self.dtype)
-
-    def head(self):
-        if self._head is None:
-            self._head = self.w("head.weight")
-        return self._head
-
-    def _check_ids(self, ids):
-        ids = torch.as_tensor(ids, dtype=torch.int64)
-        if ids.ndim != 1 or ids.numel() == 0:
-            raise ValueError("prompt ids must be a non-empty 1-D list")
-        bad = (ids < 0) | (ids >= self.cfg.vocab)
-        if bool(bad.any()):
-            p = int(torch.where(bad)[0][0])
-            raise ValueError(f"prompt id {int(ids[p])} at position {p} is outside [0, {self.cfg.vocab})")
-        return ids
 
     def one_hot_pre(self, T):
         pre = torch.zeros(T, self.cfg.hc, dtype=self.dtype)

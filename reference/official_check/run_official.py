@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)  # our kernel.py shadows the official one
 sys.path.insert(1, os.path.join(HERE, ".."))
 
 import kernel  # noqa: E402
-from model_v4 import hadamard_matrix  # noqa: E402
+from model_common import hadamard_matrix  # noqa: E402
 from run import parse_ids  # noqa: E402
 from safetensors_io import Checkpoint  # noqa: E402
 

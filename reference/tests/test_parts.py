@@ -1,5 +1,5 @@
-"""Self-checks of the building blocks of reference/model_v4.py against the spec's definitions,
-written as plain loops (model-v4.md §2.3, §2.4.1, §2.6, §2.7.2).
+"""Self-checks of the building blocks of reference/model_v4.py and model_common.py against the spec's
+definitions, written as plain loops (model-v4.md §2.3, §2.4.1, §2.6, §2.7.2).
 
 Run: /usr/bin/python3 -m unittest discover -s reference/tests -p 'test_parts.py'
 """
@@ -14,6 +14,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import formats  # noqa: E402
+import model_common  # noqa: E402
 import model_v4  # noqa: E402
 from model_v4 import Config, DeepseekV4Reference  # noqa: E402
 
@@ -57,33 +58,33 @@ def stub_model(tensors, kv_qdq=True):
     m.ref = False
     m.trace = None
     m._head = None
-    m._hadamard = model_v4.hadamard_matrix(m.cfg.index_dim)
+    m._hadamard = model_common.hadamard_matrix(m.cfg.index_dim)
     return m
 
 
 class TestHadamard(unittest.TestCase):
     def test_orthonormal_sylvester_natural_order(self):
         for n in (1, 2, 8, 64, 128):
-            h = model_v4.hadamard_matrix(n)
+            h = model_common.hadamard_matrix(n)
             np.testing.assert_allclose((h @ h.T).numpy(), np.eye(n), atol=1e-12)
             s = np.array([[1.0]])
             while s.shape[0] < n:  # Sylvester recursion H_2k = [[H, H], [H, -H]]
                 s = np.block([[s, s], [s, -s]])
             np.testing.assert_array_equal((h * math.sqrt(n)).numpy(), s)
         with self.assertRaises(ValueError):
-            model_v4.hadamard_matrix(12)
+            model_common.hadamard_matrix(12)
 
 
 class TestSinkhorn(unittest.TestCase):
     def test_doubly_stochastic(self):
         g = torch.Generator().manual_seed(0)
         c = torch.randn(500, 4, 4, generator=g, dtype=torch.float64)
-        out = model_v4.sinkhorn(c, 20, 1e-6)
+        out = model_common.sinkhorn(c, 20, 1e-6)
         self.assertTrue(bool((out > 0).all()))
         np.testing.assert_allclose(out.sum(-2).numpy(), 1.0, atol=1e-5)  # last step normalises columns
         np.testing.assert_allclose(out.sum(-1).numpy(), 1.0, atol=1e-3)
         # wider logits converge more slowly, but more iterations bring the rows closer to 1
-        err = [(model_v4.sinkhorn(c * 3, n, 1e-6).sum(-1) - 1).abs().max().item() for n in (5, 20, 80)]
+        err = [(model_common.sinkhorn(c * 3, n, 1e-6).sum(-1) - 1).abs().max().item() for n in (5, 20, 80)]
         self.assertLess(err[1], err[0])
         self.assertLess(err[2], err[1])
 
@@ -92,10 +93,10 @@ class TestSinkhorn(unittest.TestCase):
         eps = 1e-6
         one = torch.softmax(c, -1) + eps  # 1 iteration: row softmax + eps, then one column normalisation
         one = one / (one.sum(-2, keepdim=True) + eps)
-        torch.testing.assert_close(model_v4.sinkhorn(c, 1, eps), one, rtol=0, atol=0)
+        torch.testing.assert_close(model_common.sinkhorn(c, 1, eps), one, rtol=0, atol=0)
         two = one / (one.sum(-1, keepdim=True) + eps)
         two = two / (two.sum(-2, keepdim=True) + eps)
-        torch.testing.assert_close(model_v4.sinkhorn(c, 2, eps), two, rtol=0, atol=0)
+        torch.testing.assert_close(model_common.sinkhorn(c, 2, eps), two, rtol=0, atol=0)
 
 
 class TestRope(unittest.TestCase):
@@ -103,12 +104,12 @@ class TestRope(unittest.TestCase):
         x = torch.zeros(1, 8, dtype=torch.float64)
         x[0, 2] = 1.0  # real part of pair 1
         ang = torch.tensor([[0.0, 0.3, 0.0, 0.0]], dtype=torch.float64)
-        y = model_v4.rope(x, ang)
+        y = model_common.rope(x, ang)
         np.testing.assert_allclose(y[0, 2:4].numpy(), [math.cos(0.3), math.sin(0.3)], atol=1e-15)
         z = torch.randn(5, 3, 8, dtype=torch.float64)
         a = torch.randn(5, 1, 4, dtype=torch.float64)
-        torch.testing.assert_close(model_v4.rope(model_v4.rope(z, a), -a), z)
-        t = model_v4.rope_tail(torch.randn(2, 16, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64), 8)
+        torch.testing.assert_close(model_common.rope(model_common.rope(z, a), -a), z)
+        t = model_common.rope_tail(torch.randn(2, 16, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64), 8)
         self.assertEqual(t.shape, (2, 16))
 
     def test_yarn_ramp_flash_numbers(self):
@@ -128,14 +129,14 @@ class TestRope(unittest.TestCase):
 class TestSmallFunctions(unittest.TestCase):
     def test_topk_ties_lower_index(self):
         s = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
-        self.assertEqual(model_v4.topk_lower_index_on_ties(s, 2).tolist(), [[1, 2], [0, 1]])
+        self.assertEqual(model_common.topk_lower_index_on_ties(s, 2).tolist(), [[1, 2], [0, 1]])
         s = torch.tensor([[5.0] * 40])
-        self.assertEqual(model_v4.topk_lower_index_on_ties(s, 7).tolist(), [list(range(7))])
+        self.assertEqual(model_common.topk_lower_index_on_ties(s, 7).tolist(), [list(range(7))])
 
     def test_sqrt_softplus(self):
         x = torch.tensor([-50.0, -1.0, 0.0, 1.0, 30.0, 1000.0], dtype=torch.float64)
         want = [math.sqrt(math.log1p(math.exp(v))) if v < 500 else math.sqrt(v) for v in x.tolist()]
-        np.testing.assert_allclose(model_v4.sqrt_softplus(x).numpy(), want, rtol=1e-14)
+        np.testing.assert_allclose(model_common.sqrt_softplus(x).numpy(), want, rtol=1e-14)
 
     def test_hc_post_contracts_first_index(self):
         T, hc, d = 3, 4, 5

@@ -112,32 +112,37 @@ class EngineHandoff : public ::testing::TestWithParam<bool> {
     decode_ = engine::make_engine(engine::open_model(checkpoint_->dir(), with_codec()), eo);
   }
 
-  // The request whole, then prefilled + handed off + decoded: the same tokens and logprobs.
-  void check(const RequestSpec& spec) {
-    const Result whole = run(*whole_, spec);
-    ASSERT_EQ(whole.finish, FinishReason::kLength) << whole.error;
-    ASSERT_EQ(static_cast<int32_t>(whole.tokens.size()), spec.max_tokens);
-
+  // `spec` prefilled by the prefill engine (its first token and the exported state) and continued by
+  // the decode engine over the handed-over bytes; `out` gets both parts' tokens and logprobs, joined,
+  // and the decode part's prompt_tokens. Call under ASSERT_NO_FATAL_FAILURE.
+  void hand_off(const RequestSpec& spec, Result& out) {
     RequestSpec p = spec;
     p.export_state = true;
     const Result first = run(*prefill_, p);
     ASSERT_EQ(first.finish, FinishReason::kLength) << first.error;
     ASSERT_EQ(first.tokens.size(), 1u);
     ASSERT_NE(first.exported, nullptr);
-    EXPECT_EQ(first.tokens[0], whole.tokens[0]);
 
     RequestSpec d = spec;
     d.prompt_ids.push_back(first.tokens[0]);
     d.imported_state = first.exported;
     const Result rest = run(*decode_, d);
     ASSERT_EQ(rest.finish, FinishReason::kLength) << rest.error;
-    EXPECT_EQ(rest.prompt_tokens, static_cast<int64_t>(spec.prompt_ids.size()));
-    std::vector<int32_t> joined = first.tokens;
-    joined.insert(joined.end(), rest.tokens.begin(), rest.tokens.end());
-    EXPECT_EQ(joined, whole.tokens);
-    std::vector<engine::TokenLogprobs> lps = first.logprobs;
-    lps.insert(lps.end(), rest.logprobs.begin(), rest.logprobs.end());
-    expect_same_logprobs(whole.logprobs, lps);
+    out = rest;
+    out.tokens.insert(out.tokens.begin(), first.tokens.begin(), first.tokens.end());
+    out.logprobs.insert(out.logprobs.begin(), first.logprobs.begin(), first.logprobs.end());
+  }
+
+  // The request whole, then prefilled + handed off + decoded: the same tokens and logprobs.
+  void check(const RequestSpec& spec) {
+    const Result whole = run(*whole_, spec);
+    ASSERT_EQ(whole.finish, FinishReason::kLength) << whole.error;
+    ASSERT_EQ(static_cast<int32_t>(whole.tokens.size()), spec.max_tokens);
+    Result handed;
+    ASSERT_NO_FATAL_FAILURE(hand_off(spec, handed));
+    EXPECT_EQ(handed.prompt_tokens, static_cast<int64_t>(spec.prompt_ids.size()));
+    EXPECT_EQ(handed.tokens, whole.tokens);
+    expect_same_logprobs(whole.logprobs, handed.logprobs);
   }
 
   static std::vector<int32_t> prompt(size_t n, uint32_t seed) {
@@ -193,24 +198,13 @@ TEST_P(EngineHandoff, ResumedStreamContinuesExactly) {
     RequestSpec resumed = s;
     resumed.prompt_ids.insert(resumed.prompt_ids.end(), whole.tokens.begin(), whole.tokens.begin() + kDone);
     resumed.output_in_prompt = kDone;
-    RequestSpec p = resumed;
-    p.export_state = true;
-    const Result first = run(*prefill_, p);
-    ASSERT_EQ(first.finish, FinishReason::kLength) << first.error;
-    ASSERT_EQ(first.tokens.size(), 1u);
-    ASSERT_NE(first.exported, nullptr);
-    RequestSpec d = resumed;
-    d.prompt_ids.push_back(first.tokens[0]);
-    d.imported_state = first.exported;
-    const Result rest = run(*decode_, d);
-    ASSERT_EQ(rest.finish, FinishReason::kLength) << rest.error;
+    Result handed;
+    ASSERT_NO_FATAL_FAILURE(hand_off(resumed, handed));
     std::vector<int32_t> joined(whole.tokens.begin(), whole.tokens.begin() + kDone);
-    joined.insert(joined.end(), first.tokens.begin(), first.tokens.end());
-    joined.insert(joined.end(), rest.tokens.begin(), rest.tokens.end());
+    joined.insert(joined.end(), handed.tokens.begin(), handed.tokens.end());
     EXPECT_EQ(joined, whole.tokens);
     std::vector<engine::TokenLogprobs> lps(whole.logprobs.begin(), whole.logprobs.begin() + kDone);
-    lps.insert(lps.end(), first.logprobs.begin(), first.logprobs.end());
-    lps.insert(lps.end(), rest.logprobs.begin(), rest.logprobs.end());
+    lps.insert(lps.end(), handed.logprobs.begin(), handed.logprobs.end());
     expect_same_logprobs(whole.logprobs, lps);
 
     // The same resume in one engine (a colocated server re-submitting) gives the same tail.

@@ -9,54 +9,24 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test, before, after } from 'node:test';
-import { env, npm, serverEnv, startServer, parseMetrics, waitFor, MODEL } from './harness.mjs';
+import { env, npm, serverEnv, startDsinfer, startServer, metrics, routerWorkers, waitFor, MODEL } from './harness.mjs';
 
 // Handoffs over TCP (the transport a multi-machine cluster uses without RDMA).
 const CLUSTER_ENV = { UCX_TLS: 'tcp' };
 
-async function startCluster(nPrefill, nDecode, extra = []) {
-  const proc = spawn(env('DSINFER_BIN'), ['cluster', '--model', env('DSINFER_E2E_MODEL'), '--prefill', String(nPrefill),
-    '--decode', String(nDecode), '--port', '0', '--served-model-name', MODEL, '--lease', '2', ...extra], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: serverEnv(CLUSTER_ENV),
-  });
-  let out = '';
-  let err = '';
-  proc.stderr.on('data', (d) => { err += d; });
-  const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`cluster not ready\nstdout:\n${out}\nstderr:\n${err}`)), 300000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/dsinfer cluster: listening on (http:\/\/[0-9.:]+)/);
-      if (m && /dsinfer cluster: ready/.test(out)) { clearTimeout(timer); resolve(m[1]); }
-    });
-    proc.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`cluster exited early (${code ?? signal})\nstdout:\n${out}\nstderr:\n${err}`));
-    });
-  });
-  proc.removeAllListeners('exit');
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  return { url, proc, exited, stdout: () => out, stderr: () => err };
+function startCluster(nPrefill, nDecode, extra = []) {
+  return startDsinfer('cluster', ['--model', env('DSINFER_E2E_MODEL'), '--prefill', String(nPrefill),
+    '--decode', String(nDecode), '--port', '0', '--served-model-name', MODEL, '--lease', '2', ...extra],
+  { env: CLUSTER_ENV });
 }
 
-async function routerMetrics(cluster) {
-  const r = await fetch(`${cluster.url}/metrics`);
-  assert.equal(r.status, 200);
-  return parseMetrics(await r.text());
-}
-
-async function workers(cluster) {
-  const r = await fetch(`${cluster.url}/internal/v1/workers`);
-  assert.equal(r.status, 200);
-  return r.json();
-}
+const workers = (cluster) => routerWorkers(cluster.url);
 
 const pidOf = (id) => Number(id.slice(id.lastIndexOf('-') + 1));
 
 // The decode worker this router has a request on now (its id ends with its pid).
 async function busyDecodeWorker(cluster) {
-  const m = await routerMetrics(cluster);
+  const m = await metrics(cluster);
   for (const [key, v] of m.values) {
     const hit = key.match(/^dsinfer_router_worker_routed_requests\{worker="(decode-[^"]+)"\}$/);
     if (hit && v > 0) return hit[1];
@@ -199,7 +169,7 @@ test('errors: unknown model, too long, a bad grammar are refused cleanly', async
 });
 
 test('router metrics: per-worker load, queue per bucket, handoffs, imbalance', async () => {
-  const m = await routerMetrics(cluster);
+  const m = await metrics(cluster);
   assert.ok(m.get('dsinfer_router_handoffs_total') > 0);
   assert.ok(m.get('dsinfer_router_handoff_bytes_total') > 0);
   assert.equal(m.get('dsinfer_router_worker_live'), 2 + DECODE_WORKERS);
@@ -236,7 +206,7 @@ for (const [name, extra] of [
     const req = { model: MODEL, prompt: 'The history of the world, part one:', max_tokens: 300, ignore_eos: true,
       temperature: 0, ...extra };
     const want = (await one.completions.create(req)).choices[0].text;
-    const before = (await routerMetrics(cluster)).get('dsinfer_router_failovers_total');
+    const before = (await metrics(cluster)).get('dsinfer_router_failovers_total');
     const stream = await many.completions.create({ ...req, stream: true });
     let text = '';
     let chunks = 0;
@@ -252,7 +222,7 @@ for (const [name, extra] of [
     }
     assert.ok(killed, 'the stream was too short to kill its worker');
     assert.equal(text, want);
-    assert.ok((await routerMetrics(cluster)).get('dsinfer_router_failovers_total') > before);
+    assert.ok((await metrics(cluster)).get('dsinfer_router_failovers_total') > before);
   });
 }
 
@@ -300,7 +270,7 @@ test('structured output (json_schema, regex, json_object) equals one process and
 test('kill -9 of the decode worker of a json_schema stream: the same valid JSON as one process', async () => {
   const req = storyReq({ temperature: 0.8, seed: 4343 });
   const want = (await one.chat.completions.create(req)).choices[0].message.content;
-  const before = (await routerMetrics(cluster)).get('dsinfer_router_failovers_total');
+  const before = (await metrics(cluster)).get('dsinfer_router_failovers_total');
   const stream = await many.chat.completions.create({ ...req, stream: true });
   let text = '';
   let chunks = 0;
@@ -317,7 +287,7 @@ test('kill -9 of the decode worker of a json_schema stream: the same valid JSON 
   assert.ok(killed, 'the stream was too short to kill its worker');
   assert.equal(text, want);
   validStory(text);
-  assert.ok((await routerMetrics(cluster)).get('dsinfer_router_failovers_total') > before);
+  assert.ok((await metrics(cluster)).get('dsinfer_router_failovers_total') > before);
 });
 
 test('kill -9 of a prefill worker: its requests are retried on another', async () => {

@@ -1,4 +1,4 @@
-// Starts the real `dsinfer serve` on the tiny model for the end-to-end tests and talks to it.
+// Starts the real `dsinfer serve` (or router, cluster) on the tiny model for the end-to-end tests and talks to it.
 // Environment (set by tests/e2e/CMakeLists.txt): DSINFER_BIN, DSINFER_E2E_MODEL (a model directory made
 // by `dsinfer mkmodel`), NODE_PATH (the npm packages of scripts/npm).
 import { spawn } from 'node:child_process';
@@ -34,32 +34,31 @@ export function serverEnv(extra = {}) {
   return e;
 }
 
-// Starts a server; resolves once it printed its ready line. `args` are extra `dsinfer serve` flags,
-// `env` extra environment variables, `launcher` a command line the server is started through
-// (e.g. ['prlimit', '--nofile=200', '--']).
-export async function startServer(args = [], { readyTimeoutMs = 300000, env: extraEnv = {}, launcher = [] } = {}) {
-  const bin = env('DSINFER_BIN');
-  const model = env('DSINFER_E2E_MODEL');
-  const command = [...launcher, bin, 'serve', '--model', model, '--port', '0', '--served-model-name', MODEL, ...args];
-  const proc = spawn(command[0], command.slice(1), {
+// Starts `dsinfer <command> ...args` (serve, router, cluster); resolves once it printed its lines
+// "dsinfer <command>: listening on URL" and "dsinfer <command>: ready". `env` extra environment
+// variables, `launcher` a command line it is started through (e.g. ['prlimit', '--nofile=200', '--']).
+export async function startDsinfer(command, args = [], { readyTimeoutMs = 300000, env: extraEnv = {}, launcher = [] } = {}) {
+  const line = [...launcher, env('DSINFER_BIN'), command, ...args];
+  const proc = spawn(line[0], line.slice(1), {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: serverEnv(extraEnv),
   });
   let out = '';
   let err = '';
   proc.stderr.on('data', (d) => { err += d; });
+  const listening = new RegExp(`dsinfer ${command}: listening on (http:\\/\\/[0-9.:]+)`);
+  const ready = new RegExp(`dsinfer ${command}: ready`);
   const url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server not ready in time\nstdout:\n${out}\nstderr:\n${err}`)), readyTimeoutMs);
-    let base = null;
+    const timer = setTimeout(() => reject(new Error(`${command} not ready in time\nstdout:\n${out}\nstderr:\n${err}`)),
+      readyTimeoutMs);
     proc.stdout.on('data', (d) => {
       out += d;
-      const m = out.match(/listening on (http:\/\/[0-9.:]+)/);
-      if (m) base = m[1];
-      if (base && /\bready\b/.test(out)) { clearTimeout(timer); resolve(base); }
+      const m = out.match(listening);
+      if (m && ready.test(out)) { clearTimeout(timer); resolve(m[1]); }
     });
     proc.on('exit', (code, signal) => {
       clearTimeout(timer);
-      reject(new Error(`server exited early (${code ?? signal})\nstdout:\n${out}\nstderr:\n${err}`));
+      reject(new Error(`${command} exited early (${code ?? signal})\nstdout:\n${out}\nstderr:\n${err}`));
     });
   });
   proc.removeAllListeners('exit');
@@ -68,6 +67,7 @@ export async function startServer(args = [], { readyTimeoutMs = 300000, env: ext
     url,
     port: Number(new URL(url).port),
     proc,
+    stdout: () => out,
     stderr: () => err,
     exited,
     async stop(signal = 'SIGTERM') {
@@ -76,6 +76,19 @@ export async function startServer(args = [], { readyTimeoutMs = 300000, env: ext
       return exited;
     },
   };
+}
+
+// Starts `dsinfer serve` on the tiny model; `args` are extra flags, `options` as startDsinfer's.
+export function startServer(args = [], options = {}) {
+  return startDsinfer('serve', ['--model', env('DSINFER_E2E_MODEL'), '--port', '0', '--served-model-name', MODEL, ...args],
+    options);
+}
+
+// The worker pool of a router (or cluster) at `url`: { prefill, decode, workers: [{ id, role, ... }] }.
+export async function routerWorkers(url, headers = {}) {
+  const r = await fetch(`${url}/internal/v1/workers`, { headers });
+  assert.equal(r.status, 200);
+  return r.json();
 }
 
 export async function metrics(server) {

@@ -1,18 +1,16 @@
 // `dsinfer router` alone: it starts on a model directory without weights (config.json and tokenizer.json
 // only), serves the public API with 429 while no worker has registered, takes heartbeats behind the API
 // key, and drops a worker whose lease ran out.
-import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test, before, after } from 'node:test';
-import { env, serverEnv, parseMetrics, waitFor, MODEL } from './harness.mjs';
+import { env, startDsinfer, parseMetrics, routerWorkers, waitFor, MODEL } from './harness.mjs';
 
 const KEY = 'router-e2e-key';
 let dir;
 let router;
-let out = '';
 
 before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsinfer-router-'));
@@ -21,26 +19,13 @@ before(async () => {
     if (fs.existsSync(src)) fs.copyFileSync(src, path.join(dir, f));
   }
   assert.ok(!fs.readdirSync(dir).some((f) => f.endsWith('.safetensors')));
-  router = spawn(env('DSINFER_BIN'), ['router', '--model', dir, '--port', '0', '--served-model-name', MODEL,
-    '--api-key', KEY, '--lease', '1'], { stdio: ['ignore', 'pipe', 'pipe'], env: serverEnv() });
-  let err = '';
-  router.stderr.on('data', (d) => { err += d; });
-  router.url = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`router not ready\n${out}\n${err}`)), 120000);
-    router.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on (http:\/\/[0-9.:]+)/);
-      if (m && /dsinfer router: ready/.test(out)) { clearTimeout(timer); resolve(m[1]); }
-    });
-    router.on('exit', (code) => { clearTimeout(timer); reject(new Error(`router exited (${code})\n${out}\n${err}`)); });
-  });
-  router.removeAllListeners('exit');
-  router.exited = new Promise((resolve) => router.on('exit', (code) => resolve(code)));
+  router = await startDsinfer('router', ['--model', dir, '--port', '0', '--served-model-name', MODEL, '--api-key', KEY,
+    '--lease', '1'], { readyTimeoutMs: 120000 });
 });
 
 after(async () => {
-  router.kill('SIGTERM');
-  assert.equal(await router.exited, 0);
+  const { code } = await router.stop();
+  assert.equal(code, 0, router.stderr());
   fs.rmSync(dir, { recursive: true, force: true });
 });
 
@@ -69,7 +54,7 @@ test('heartbeats need the key, register workers, and a silent worker leaves the 
   const ok = await fetch(`${router.url}/internal/v1/workers/heartbeat`, { method: 'POST', headers: auth, body: JSON.stringify(beat) });
   assert.equal(ok.status, 200);
   assert.equal((await ok.json()).lease_ms, 1000);
-  const workers = async () => (await fetch(`${router.url}/internal/v1/workers`, { headers: auth })).json();
+  const workers = () => routerWorkers(router.url, auth);
   assert.equal((await workers()).decode, 1);
   const m = parseMetrics(await (await fetch(`${router.url}/metrics`)).text());
   assert.equal(m.get('dsinfer_router_worker_live', { worker: beat.id }), 1);

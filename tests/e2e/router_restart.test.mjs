@@ -1,11 +1,10 @@
 // A router restart with its workers alive: the requests in flight end (their clients see the connection
 // close, the workers cancel them and free their KV), and the workers rejoin the new router by heartbeat,
 // which then serves as before.
-import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { test, after } from 'node:test';
-import { env, npm, serverEnv, startServer, parseMetrics, waitFor, MODEL } from './harness.mjs';
+import { env, npm, startDsinfer, startServer, parseMetrics, routerWorkers, waitFor, MODEL } from './harness.mjs';
 
 const children = [];
 after(async () => {
@@ -20,22 +19,14 @@ async function freePort() {
   return port;
 }
 
-function startRouter(port) {
-  const proc = spawn(env('DSINFER_BIN'), ['router', '--model', env('DSINFER_E2E_MODEL'), '--port', String(port),
-    '--served-model-name', MODEL, '--lease', '2'], { stdio: ['ignore', 'pipe', 'pipe'], env: serverEnv() });
-  children.push(proc);
-  let out = '';
-  proc.stderr.resume();
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`router not ready\n${out}`)), 120000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      if (/dsinfer router: ready/.test(out)) { clearTimeout(timer); resolve(proc); }
-    });
-  });
+async function startRouter(port) {
+  const router = await startDsinfer('router', ['--model', env('DSINFER_E2E_MODEL'), '--port', String(port),
+    '--served-model-name', MODEL, '--lease', '2'], { readyTimeoutMs: 120000 });
+  children.push(router.proc);
+  return router;
 }
 
-const workers = async (url) => (await fetch(`${url}/internal/v1/workers`)).json();
+const workers = (url) => routerWorkers(url);
 
 test('router restart: in-flight requests end, workers rejoin the new router', async () => {
   const port = await freePort();
@@ -55,7 +46,7 @@ test('router restart: in-flight requests end, workers rejoin the new router', as
   let chunks = 0;
   await assert.rejects(async () => {
     for await (const chunk of stream) {
-      if (++chunks === 3) router.kill('SIGKILL');
+      if (++chunks === 3) router.proc.kill('SIGKILL');
       assert.ok(chunk);
     }
   });
@@ -72,7 +63,7 @@ test('router restart: in-flight requests end, workers rejoin the new router', as
   const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }],
     max_tokens: 8, temperature: 0 });
   assert.equal(r.choices[0].finish_reason, 'length');
-  router.kill('SIGTERM');
+  await router.stop();
   await prefill.stop();
   await decode.stop();
 });

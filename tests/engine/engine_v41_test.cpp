@@ -1,8 +1,10 @@
 // The engine over a tiny DeepSeek-V4.1 checkpoint (mkmodel, tests/engine/tiny_v41.json: vocabulary
-// 512, window 8, ratio-2 and ratio-1 kv sources, Engram, DSpark taps): the runner's logits against
-// the one-pass deepseek_v41 prefill, outputs against a plain decode loop over deepseek_v41::Sequence,
-// chunked prefill, batch invariance, seeded sampling, exact resume from the prefix cache, preemption,
-// the DSpark drafter and lossless speculation, the KV store's block bytes and the sequence hand-over bytes.
+// 512, window 8, ratio-2 and ratio-1 kv sources, Engram, DSpark taps): the shared suite
+// (engine_model_tests.h: layout, outputs against a plain decode loop over deepseek_v41::Sequence with
+// chunked prefill, batch invariance, seeded sampling, lossless speculation with DSpark, preemption) and
+// what is V4.1's own: the runner's logits against the one-pass deepseek_v41 prefill, the DSpark draft
+// head, exact resume from the prefix cache and exact replay, block adoption, the KV store's block
+// bytes and the sequence hand-over bytes.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "engine/deepseek_v41/v41_state_codec.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine_model_tests.h"
 #include "engine_test_util.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v41/prefill.h"
@@ -89,6 +92,35 @@ class EngineV41 : public ::testing::Test {
     return logits;
   }
 
+  // Per position (tiny_v41.json): 10 layers' window KV (128 floats), kv sources 2, 4 (ratio 2: inputs
+  // and gates) and 6, 8 (ratio 1), 3 DSpark taps of 128, the token id and its Engram compressed id.
+  static void expect_model_layout(const ModelInfo& i) {
+    EXPECT_TRUE(i.supports_replay);
+    const int64_t per_block = 128 * (10 * 128 + 2 * (2 * 128) + 2 * 128 + 3 * 128) * 4 + 128 * (4 + 8) +
+                              2 * 64 * (128 + 64) * 4 + 2 * 128 * (128 + 64) * 4;
+    EXPECT_GE(i.block_bytes, per_block);
+    EXPECT_LT(i.block_bytes, per_block + 1024);
+    EXPECT_EQ(v41::state_range_bytes(ck_->config(), 128), per_block);
+  }
+
+  static const EngineModelCases& cases() {
+    static const EngineModelCases c{
+        .name = "V4.1",
+        .layout = {.vocab_size = 512, .window = 8, .max_draft_tokens = 5 /* dspark_block_size */,
+                   .identity_prefix = "deepseek_v41:"},
+        .concurrent = {.seed = 2, .long_prompt = 200, .tokens = {10, 8, 6, 12}, .budget = 64},
+        .batch = {.seed = 3, .requests = 5, .max_prompt = 180, .min_tokens = 4, .budgets = {48, 1024},
+                  .serial_budget = -1},
+        // The DSpark drafter.
+        .speculation = {.seed = 11, .prompts = {20, 150, 60}, .tokens = {16, 12, 14}, .draft_tokens = {1, 4},
+                        .repeat = 1, .repeat_cached = 128},
+        // Room for about one and a half requests of 140 positions; replay is exact on V4.1.
+        .preemption = {.seed = 5, .requests = 3, .prompt = 100, .tokens = 40, .sampled_temperature = 0.7f,
+                       .fitting = 1, .blocks = 2, .swa_replay = true},
+    };
+    return c;
+  }
+
   static std::string* dir_;
   static std::shared_ptr<ModelRunner>* runner_;
   static model::Checkpoint* ck_;
@@ -100,29 +132,7 @@ std::shared_ptr<ModelRunner>* EngineV41::runner_ = nullptr;
 model::Checkpoint* EngineV41::ck_ = nullptr;
 v41::EngramTokenMap* EngineV41::map_ = nullptr;
 
-TEST_F(EngineV41, ReportsTheModelLayout) {
-  const ModelInfo& i = runner()->info();
-  EXPECT_EQ(i.vocab_size, 512);
-  EXPECT_EQ(i.window, 8);
-  EXPECT_EQ(i.block_tokens, 128);
-  EXPECT_EQ(i.max_draft_tokens, 5);  // dspark_block_size
-  EXPECT_TRUE(i.supports_replay);
-  EXPECT_EQ(i.identity.rfind("deepseek_v41:", 0), 0u) << i.identity;
-  // Per position (tiny_v41.json): 10 layers' window KV (128 floats), kv sources 2, 4 (ratio 2: inputs
-  // and gates) and 6, 8 (ratio 1), 3 DSpark taps of 128, the token id and its Engram compressed id.
-  const int64_t per_block = 128 * (10 * 128 + 2 * (2 * 128) + 2 * 128 + 3 * 128) * 4 + 128 * (4 + 8) +
-                            2 * 64 * (128 + 64) * 4 + 2 * 128 * (128 + 64) * 4;
-  EXPECT_GE(i.block_bytes, per_block);
-  EXPECT_LT(i.block_bytes, per_block + 1024);
-  EXPECT_EQ(v41::state_range_bytes(ck_->config(), 128), per_block);
-  auto seq = runner()->new_sequence();
-  std::mt19937 rng(9);
-  const auto p = prompt(rng, 128);
-  feed(*seq, p, 0);
-  auto snap = runner()->snapshot(*seq);
-  EXPECT_EQ(snap->position(), 128);
-  EXPECT_LE(snap->bytes(), i.snapshot_bytes);
-}
+INSTANTIATE_TYPED_TEST_SUITE_P(EngineV41, EngineModel, EngineV41);
 
 // The runner's first draft after position p, anchored on token p+1, is the argmax of the teacher-forced
 // DSpark draft 0 row p (prefill_logits); the round leaves the sequence as it was.
@@ -152,36 +162,6 @@ TEST_F(EngineV41, DraftIsTheTeacherForcedDraftHead) {
   // Untouched by the rounds: the next rows are still the one-pass rows.
   const auto last = feed(*seq, std::span<const int32_t>(ids.data() + 39, 1), 1);
   for (int64_t c = 0; c < V; ++c) ASSERT_EQ(last[c], full[39 * V + c]);
-}
-
-// Speculation with the DSpark drafter changes no greedy output (sampled requests are lossless in
-// distribution only: rejection sampling, tested on the toy model), also on a repeat resumed from the cache.
-TEST_F(EngineV41, SpeculationWithDsparkIsLossless) {
-  std::mt19937 rng(11);
-  std::vector<RequestSpec> specs = {fixed_length_spec(prompt(rng, 20), 16), fixed_length_spec(prompt(rng, 150), 12), fixed_length_spec(prompt(rng, 60), 14)};
-  std::vector<Outcome> want;
-  for (const auto& s : specs) want.push_back(reference(s));
-  for (int32_t k : {1, 4}) {
-    EngineOptions o;
-    o.speculation = true;
-    o.draft_tokens = k;
-    auto engine = make_engine(runner(), o);
-    auto out = run_all(*engine, specs);
-    ASSERT_EQ(out.size(), specs.size());
-    for (size_t i = 0; i < specs.size(); ++i) {
-      EXPECT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
-      EXPECT_EQ(out[i].tokens, want[i].tokens) << "k " << k << " request " << i;
-    }
-    const EngineMetrics m = engine->metrics();
-    EXPECT_GT(m.draft_tokens_total, 0);
-    EXPECT_LE(m.accepted_draft_tokens_total, m.draft_tokens_total);
-    std::printf("V4.1 DSpark k=%d: %lld of %lld drafts accepted\n", k,
-                static_cast<long long>(m.accepted_draft_tokens_total), static_cast<long long>(m.draft_tokens_total));
-    auto again = run_all(*engine, {specs[1]});
-    ASSERT_EQ(again.size(), 1u);
-    EXPECT_EQ(again[0].cached, 128);
-    EXPECT_EQ(again[0].tokens, want[1].tokens);
-  }
 }
 
 // The runner's rows, fed in uneven chunks and token by token with a rollback, are bitwise the
@@ -251,57 +231,6 @@ TEST_F(EngineV41, BatchedStepIsEachItemAlone) {
     const std::span<const int32_t> next(ids[k].data() + before[k] + now[k], 1);
     const auto a = feed(*batched[k], next, 1), b = feed(*alone[k], next, 1);
     ASSERT_EQ(a, b) << "sequence " << k;
-  }
-}
-
-// Greedy and seeded sampled requests, prefill chunked by max_batch_tokens, give the plain loop's tokens.
-TEST_F(EngineV41, ConcurrentRequestsMatchThePlainLoop) {
-  std::mt19937 rng(2);
-  std::vector<RequestSpec> specs = {fixed_length_spec(prompt(rng, 5), 10), fixed_length_spec(prompt(rng, 140), 8, 0.8f, 3),
-                                    fixed_length_spec(prompt(rng, 200), 6), fixed_length_spec(prompt(rng, 40), 12, 1.0f, 4)};
-  EngineOptions o;
-  o.max_batch_tokens = 64;
-  auto engine = make_engine(runner(), o);
-  auto out = run_all(*engine, specs);
-  ASSERT_EQ(out.size(), specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    EXPECT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
-    EXPECT_EQ(out[i].tokens, reference(specs[i]).tokens) << "request " << i;
-  }
-}
-
-// The same requests alone and in shuffled mixes with budgets that split prefills differently.
-TEST_F(EngineV41, OutputsDoNotDependOnTheBatch) {
-  std::mt19937 rng(3);
-  std::vector<RequestSpec> specs;
-  for (int i = 0; i < 5; ++i) {
-    specs.push_back(fixed_length_spec(prompt(rng, 1 + static_cast<int>(rng() % 180)), 4 + static_cast<int>(rng() % 4),
-                         i % 2 ? 0.9f : 0.0f, 10 + i));
-  }
-  std::vector<Outcome> alone;
-  {
-    EngineOptions o;
-    o.max_running = 1;
-    o.prefix_cache = false;
-    auto engine = make_engine(runner(), o);
-    for (const auto& s : specs) {
-      auto r = run_all(*engine, {s});
-      ASSERT_EQ(r.size(), 1u);
-      alone.push_back(r[0]);
-    }
-  }
-  for (int32_t budget : {48, 1024}) {
-    EngineOptions o;
-    o.max_batch_tokens = budget;
-    auto engine = make_engine(runner(), o);
-    std::vector<size_t> order(specs.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    auto out = run_all(*engine, specs, order);
-    ASSERT_EQ(out.size(), specs.size());
-    for (size_t i = 0; i < specs.size(); ++i) {
-      EXPECT_EQ(out[i].tokens, alone[i].tokens) << "budget " << budget << " request " << i;
-    }
   }
 }
 
@@ -376,24 +305,6 @@ TEST_F(EngineV41, AdoptsOnlyABitwiseIdenticalBlock) {
   p2[5] ^= 1;
   feed(*different, p2, 0);
   EXPECT_FALSE(runner()->adopt_block(*different, 0, runner()->block(*cold, 0)));
-}
-
-TEST_F(EngineV41, PreemptionUnderATightBudgetKeepsOutputs) {
-  std::mt19937 rng(5);
-  std::vector<RequestSpec> specs;
-  for (int i = 0; i < 3; ++i) specs.push_back(fixed_length_spec(prompt(rng, 100), 40, i == 1 ? 0.7f : 0.0f, 5));
-  const ModelInfo& info = runner()->info();
-  EngineOptions o;
-  // Room for about one and a half requests of 140 positions (2 blocks + state + snapshot each).
-  o.kv_budget_bytes = (info.sequence_bytes + 2 * info.block_bytes + info.snapshot_bytes) + info.block_bytes;
-  auto engine = make_engine(runner(), o);
-  auto out = run_all(*engine, specs);
-  ASSERT_EQ(out.size(), specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    EXPECT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
-    EXPECT_EQ(out[i].tokens, reference(specs[i]).tokens) << i;
-  }
-  EXPECT_GT(engine->metrics().preempted_total, 0);
 }
 
 // Block bytes rebuild the block exactly (a sequence attached to imported blocks continues bitwise);

@@ -1,6 +1,7 @@
-// The engine over a tiny DeepSeek-V4 checkpoint (mkmodel, vocabulary cut to 4096): outputs against a
-// plain decode loop over model/deepseek_v4, batch invariance, exact resume from the prefix cache,
-// bounded replay within its tolerance, speculation with the MTP block, preemption.
+// The engine over a tiny DeepSeek-V4 checkpoint (mkmodel, vocabulary cut to 4096): the shared suite
+// (engine_model_tests.h: layout, outputs against a plain decode loop over model/deepseek_v4, batch
+// invariance, speculation with the MTP block, preemption) and what is V4's own: the fast numerics,
+// exact resume from the prefix cache, bounded replay within its tolerance, one runner under two engines.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "engine/deepseek_v4/v4_runner.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine_model_tests.h"
 #include "engine_test_util.h"
 #include "model/deepseek_v4/model.h"
 #include "model/mkmodel.h"
@@ -80,6 +82,26 @@ class EngineV4 : public ::testing::Test {
     return p;
   }
 
+  static void expect_model_layout(const ModelInfo& i) {
+    EXPECT_EQ(checkpoint_identity(checkpoint_->dir()) + "; numerics exact", i.identity);
+  }
+
+  static const EngineModelCases& cases() {
+    static const EngineModelCases c{
+        .name = "V4",
+        .layout = {.vocab_size = 4096, .window = 32, .max_draft_tokens = 7, .identity_prefix = "deepseek_v4:"},
+        .concurrent = {.seed = 1, .long_prompt = 300, .tokens = {12, 10, 8, 20}, .budget = 256},
+        .batch = {.seed = 2, .requests = 8, .max_prompt = 300, .min_tokens = 6, .budgets = {64, 200, 1024},
+                  .serial_budget = 200},
+        // The MTP block: a repeat resumes from a snapshot, which carries the MTP input row.
+        .speculation = {.seed = 5, .prompts = {20, 90, 160, 230}, .tokens = {24, 24, 24, 24}, .draft_tokens = {1, 3},
+                        .repeat = 3, .repeat_cached = 128},
+        // Room for about two requests of 270 positions; replay off, since on V4 it is approximate.
+        .preemption = {.seed = 6, .requests = 4, .prompt = 200, .tokens = 70, .sampled_temperature = 0.0f,
+                       .fitting = 2, .blocks = 3, .swa_replay = false},
+    };
+    return c;
+  }
 
   static TinyV4Checkpoint* checkpoint_;
   static std::shared_ptr<ModelRunner>* runner_;
@@ -90,84 +112,7 @@ TinyV4Checkpoint* EngineV4::checkpoint_ = nullptr;
 std::shared_ptr<ModelRunner>* EngineV4::runner_ = nullptr;
 v4::Model* EngineV4::plain_ = nullptr;
 
-TEST_F(EngineV4, ReportsTheModelLayout) {
-  const ModelInfo& i = runner()->info();
-  EXPECT_EQ(i.vocab_size, 4096);
-  EXPECT_EQ(i.window, 32);
-  EXPECT_EQ(i.block_tokens, 128);
-  EXPECT_GT(i.block_bytes, 0);
-  EXPECT_GT(i.sequence_bytes, 0);
-  EXPECT_EQ(i.max_draft_tokens, 7);
-  EXPECT_NE(i.identity.find("deepseek_v4:"), std::string::npos);
-  EXPECT_EQ(checkpoint_identity(checkpoint_->dir()) + "; numerics exact", i.identity);
-  // A snapshot at a block boundary fits the bound the engine plans with.
-  auto seq = runner()->new_sequence();
-  std::vector<int32_t> tokens(128, 7);
-  std::vector<float> logits;
-  ForwardItem item;
-  item.seq = seq.get();
-  item.tokens = tokens;
-  item.logit_rows = 0;
-  runner()->forward({&item, 1}, logits);
-  auto snap = runner()->snapshot(*seq);
-  EXPECT_EQ(snap->position(), 128);
-  EXPECT_GT(snap->bytes(), 0);
-  EXPECT_LE(snap->bytes(), i.snapshot_bytes);
-  std::printf("tiny V4: block %lld B, sequence %lld B, snapshot bound %lld B, snapshot at 128: %lld B\n",
-              static_cast<long long>(i.block_bytes), static_cast<long long>(i.sequence_bytes),
-              static_cast<long long>(i.snapshot_bytes), static_cast<long long>(snap->bytes()));
-}
-
-TEST_F(EngineV4, ConcurrentRequestsMatchThePlainLoop) {
-  std::mt19937 rng(1);
-  std::vector<RequestSpec> specs = {fixed_length_spec(prompt(rng, 5), 12), fixed_length_spec(prompt(rng, 140), 10, 0.8f, 3),
-                                    fixed_length_spec(prompt(rng, 300), 8), fixed_length_spec(prompt(rng, 40), 20, 1.0f, 4)};
-  EngineOptions o;
-  o.max_batch_tokens = 256;
-  auto engine = make_engine(runner(), o);
-  auto out = run_all(*engine, specs);
-  ASSERT_EQ(out.size(), specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const Outcome want = reference(specs[i]);
-    EXPECT_EQ(out[i].tokens, want.tokens) << "request " << i;
-  }
-}
-
-// The same requests alone and in random mixes, with budgets that split prefills differently.
-TEST_F(EngineV4, OutputsDoNotDependOnTheBatch) {
-  std::mt19937 rng(2);
-  std::vector<RequestSpec> specs;
-  for (int i = 0; i < 8; ++i) {
-    specs.push_back(fixed_length_spec(prompt(rng, 1 + static_cast<int>(rng() % 300)), 6 + static_cast<int>(rng() % 6),
-                         i % 2 ? 0.9f : 0.0f, 10 + i));
-  }
-  std::vector<Outcome> alone;
-  {
-    EngineOptions o;
-    o.max_running = 1;
-    o.prefix_cache = false;
-    auto engine = make_engine(runner(), o);
-    for (const auto& s : specs) {
-      auto r = run_all(*engine, {s});
-      ASSERT_EQ(r.size(), 1u);
-      alone.push_back(r[0]);
-    }
-  }
-  for (int32_t budget : {64, 200, 1024}) {
-    EngineOptions o;
-    o.max_batch_tokens = budget;
-    o.overlap_scheduling = budget != 200;
-    auto engine = make_engine(runner(), o);
-    std::vector<size_t> order(specs.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    auto out = run_all(*engine, specs, order);
-    ASSERT_EQ(out.size(), specs.size());
-    for (size_t i = 0; i < specs.size(); ++i) {
-      EXPECT_EQ(out[i].tokens, alone[i].tokens) << "budget " << budget << " request " << i;
-    }
-  }
-}
+INSTANTIATE_TYPED_TEST_SUITE_P(EngineV4, EngineModel, EngineV4);
 
 // The serving default (--numerics fast, int8 expert products): the same requests alone, mixed under
 // different budgets, and repeated so that they resume from the prefix cache give the same tokens.
@@ -182,27 +127,14 @@ TEST_F(EngineV4, FastNumericsOutputsDoNotDependOnTheBatchOrTheCache) {
     specs.push_back(fixed_length_spec(prompt(rng, 1 + static_cast<int>(rng() % 300)), 6 + static_cast<int>(rng() % 6),
                          i % 2 ? 0.9f : 0.0f, 20 + i));
   }
-  std::vector<Outcome> alone;
-  {
-    EngineOptions o;
-    o.max_running = 1;
-    o.prefix_cache = false;
-    auto engine = make_engine(fast, o);
-    for (const auto& s : specs) {
-      auto r = run_all(*engine, {s});
-      ASSERT_EQ(r.size(), 1u);
-      alone.push_back(r[0]);
-    }
-  }
+  const std::vector<Outcome> alone = run_each_alone(fast, specs);
+  ASSERT_EQ(alone.size(), specs.size());
   for (int32_t budget : {64, 1024}) {
     EngineOptions o;
     o.max_batch_tokens = budget;
     auto engine = make_engine(fast, o);
     for (const char* pass : {"cold", "from the cache"}) {
-      std::vector<size_t> order(specs.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::shuffle(order.begin(), order.end(), rng);
-      auto out = run_all(*engine, specs, order);
+      auto out = run_shuffled(*engine, specs, rng);
       ASSERT_EQ(out.size(), specs.size());
       for (size_t i = 0; i < specs.size(); ++i) {
         EXPECT_EQ(out[i].tokens, alone[i].tokens) << "budget " << budget << " " << pass << " request " << i;
@@ -289,31 +221,6 @@ TEST_F(EngineV4, BoundedReplayStaysWithinTolerance) {
   EXPECT_GT(num, 0.0) << "replay was expected to be approximate";
 }
 
-TEST_F(EngineV4, SpeculationWithMtpIsLossless) {
-  std::mt19937 rng(5);
-  std::vector<RequestSpec> specs;
-  for (int i = 0; i < 4; ++i) specs.push_back(fixed_length_spec(prompt(rng, 20 + 70 * i), 24));
-  std::vector<Outcome> want;
-  for (const auto& s : specs) want.push_back(reference(s));
-  for (int32_t k : {1, 3}) {
-    EngineOptions o;
-    o.speculation = true;
-    o.draft_tokens = k;
-    auto engine = make_engine(runner(), o);
-    auto out = run_all(*engine, specs);
-    ASSERT_EQ(out.size(), specs.size());
-    for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(out[i].tokens, want[i].tokens) << "k " << k << " request " << i;
-    const EngineMetrics m = engine->metrics();
-    EXPECT_GT(m.draft_tokens_total, 0);
-    EXPECT_LE(m.accepted_draft_tokens_total, m.draft_tokens_total);
-    // A repeat resumes from a snapshot and still agrees (the snapshot carries the MTP input row).
-    auto again = run_all(*engine, {specs[3]});
-    ASSERT_EQ(again.size(), 1u);
-    EXPECT_GT(again[0].cached, 0);
-    EXPECT_EQ(again[0].tokens, want[3].tokens);
-  }
-}
-
 // One runner, two engines at the same time, one drafting and one not (bench-serve shares a model the
 // same way): the second engine's prepare() must not switch the drafter off under the first, and their
 // forwards must not share scratch state. Both produce the plain loop's tokens.
@@ -343,25 +250,6 @@ TEST_F(EngineV4, OneRunnerServesTwoEnginesAtOnce) {
     EXPECT_EQ(out_second[i].tokens, reference(plain[i]).tokens) << "plain engine, request " << i;
   }
   EXPECT_GT(first->metrics().draft_tokens_total, 0);
-}
-
-TEST_F(EngineV4, PreemptionUnderATightBudgetKeepsOutputs) {
-  std::mt19937 rng(6);
-  std::vector<RequestSpec> specs;
-  for (int i = 0; i < 4; ++i) specs.push_back(fixed_length_spec(prompt(rng, 200), 70));
-  const ModelInfo& info = runner()->info();
-  EngineOptions o;
-  // Room for about two requests of 270 positions (3 blocks + state + snapshot each).
-  o.kv_budget_bytes = 2 * (info.sequence_bytes + 3 * info.block_bytes + info.snapshot_bytes) + info.block_bytes;
-  o.swa_replay = false;
-  auto engine = make_engine(runner(), o);
-  auto out = run_all(*engine, specs);
-  ASSERT_EQ(out.size(), specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    EXPECT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
-    EXPECT_EQ(out[i].tokens, reference(specs[i]).tokens) << i;
-  }
-  EXPECT_GT(engine->metrics().preempted_total, 0);
 }
 
 }  // namespace

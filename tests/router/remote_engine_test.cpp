@@ -8,7 +8,9 @@
 #include <chrono>
 #include <span>
 #include <condition_variable>
+#include <functional>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -200,16 +202,38 @@ engine::RequestSpec spec(int max_tokens) {
   return s;
 }
 
+// Registers each worker by its own heartbeat, in this order (ties between empty workers go to the first).
+void join(RemoteEngine& eng, std::initializer_list<const FakeWorker*> workers) {
+  for (const FakeWorker* w : workers) eng.heartbeat(w->heartbeat());
+}
+
+// Waits for the end of the stream `c` collects: finished by length with exactly the toy model's tokens
+// for spec(max_tokens), whatever failed over on the way. Wrap calls in ASSERT_NO_FATAL_FAILURE.
+void expect_uninterrupted(Collected& c, int max_tokens) {
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
+  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, max_tokens));
+}
+
+// Submits spec(max_tokens) and expects it served uninterrupted. Wrap calls in ASSERT_NO_FATAL_FAILURE.
+void expect_served(RemoteEngine& eng, Collected& c, int max_tokens) {
+  ASSERT_EQ(eng.submit(spec(max_tokens), c.callback()).status, engine::SubmitStatus::kAccepted);
+  expect_uninterrupted(c, max_tokens);
+}
+
+// Polls `pending` until it turns false or 30 s pass: for states reached on the engine's own threads
+// that no callback reports.
+void wait_while(const std::function<bool()>& pending, std::chrono::milliseconds every = std::chrono::milliseconds(5)) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (pending() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(every);
+}
+
 TEST(RemoteEngine, ServesThroughAPrefillAndADecodeWorker) {
   FakeWorker p("prefill-a", true), d("decode-a", false);
   RemoteEngine eng(options());
-  eng.heartbeat(p.heartbeat());
-  eng.heartbeat(d.heartbeat());
+  join(eng, {&p, &d});
   Collected c;
-  ASSERT_EQ(eng.submit(spec(8), c.callback()).status, engine::SubmitStatus::kAccepted);
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 8));
+  ASSERT_NO_FATAL_FAILURE(expect_served(eng, c, 8));
   const auto pre = p.requests();
   ASSERT_EQ(pre.size(), 1u);
   EXPECT_EQ(pre[0]["decode_ucx_address"], "ucx-decode-a");
@@ -239,16 +263,12 @@ TEST(RemoteEngine, TheConstraintGoesToBothWorkersAsItsSource) {
   FakeWorker p("prefill-a", true), d1("decode-a", false), d2("decode-b", false);
   d1.die_after_lines(2);
   RemoteEngine eng(options());
-  eng.heartbeat(p.heartbeat());
-  eng.heartbeat(d1.heartbeat());
-  eng.heartbeat(d2.heartbeat());
+  join(eng, {&p, &d1, &d2});
   Collected c;
   engine::RequestSpec s = spec(8);
   s.constraint = std::make_shared<TextConstraint>(R"({"kind":"regex","source":"a+","thinking":false})");
   ASSERT_EQ(eng.submit(s, c.callback()).status, engine::SubmitStatus::kAccepted);
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 8));
+  ASSERT_NO_FATAL_FAILURE(expect_uninterrupted(c, 8));
   const auto pre = p.requests();
   ASSERT_EQ(pre.size(), 2u);
   std::vector<Json> all = pre;
@@ -266,14 +286,9 @@ TEST(RemoteEngine, DecodeWorkerDyingMidStreamContinuesTheSameStream) {
   FakeWorker p("prefill-a", true), d1("decode-a", false), d2("decode-b", false);
   d1.die_after_lines(3);
   RemoteEngine eng(options());
-  eng.heartbeat(p.heartbeat());
-  eng.heartbeat(d1.heartbeat());  // both empty: the tie goes to the first registered
-  eng.heartbeat(d2.heartbeat());
+  join(eng, {&p, &d1, &d2});  // both decode workers empty: the tie goes to d1
   Collected c;
-  ASSERT_EQ(eng.submit(spec(10), c.callback()).status, engine::SubmitStatus::kAccepted);
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));  // nothing lost, nothing repeated
+  ASSERT_NO_FATAL_FAILURE(expect_served(eng, c, 10));  // nothing lost, nothing repeated
   EXPECT_EQ(eng.stats().failovers_total, 1);
   // The re-submission: prompt + the 4 tokens delivered (first + 3 streamed) as output.
   const auto pre = p.requests();
@@ -292,13 +307,9 @@ TEST(RemoteEngine, AWorkerCancellingARequestTheClientKeepsIsResubmitted) {
   FakeWorker p("prefill-a", true), d("decode-a", false);
   d.cancel_after_lines(2);  // every attempt delivers the first token + 2 more, then is cut
   RemoteEngine eng(options());
-  eng.heartbeat(p.heartbeat());
-  eng.heartbeat(d.heartbeat());
+  join(eng, {&p, &d});
   Collected c;
-  ASSERT_EQ(eng.submit(spec(10), c.callback()).status, engine::SubmitStatus::kAccepted);
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));
+  ASSERT_NO_FATAL_FAILURE(expect_served(eng, c, 10));
   EXPECT_EQ(eng.stats().failovers_total, 3);  // 3 + 3 + 3 tokens, then a prefill with 1 token left
   EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);  // an answering worker stays in the pool
 }
@@ -307,14 +318,11 @@ TEST(RemoteEngine, ClientCancelCutsTheStreamWithoutFailover) {
   FakeWorker p("prefill-a", true), d("decode-a", false);
   d.hang_after_lines(1);
   RemoteEngine eng(options());
-  eng.heartbeat(p.heartbeat());
-  eng.heartbeat(d.heartbeat());
+  join(eng, {&p, &d});
   Collected c;
   const auto res = eng.submit(spec(10), c.callback());
   ASSERT_EQ(res.status, engine::SubmitStatus::kAccepted);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (c.received() < 2 && std::chrono::steady_clock::now() < end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_while([&] { return c.received() < 2; });
   ASSERT_EQ(c.received(), 2u);  // the first token and one streamed line; the stream now hangs
   eng.cancel(res.id);
   ASSERT_TRUE(c.wait());
@@ -332,14 +340,9 @@ TEST(RemoteEngine, ADecodeStreamWithoutProgressFailsOverAtTheDeadline) {
   RemoteEngineOptions o = options();
   o.progress_timeout = std::chrono::milliseconds(300);
   RemoteEngine eng(o);
-  eng.heartbeat(p.heartbeat());
-  eng.heartbeat(d1.heartbeat());  // both empty: the tie goes to the first registered
-  eng.heartbeat(d2.heartbeat());
+  join(eng, {&p, &d1, &d2});  // both decode workers empty: the tie goes to d1
   Collected c;
-  ASSERT_EQ(eng.submit(spec(10), c.callback()).status, engine::SubmitStatus::kAccepted);
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 10));
+  ASSERT_NO_FATAL_FAILURE(expect_served(eng, c, 10));
   EXPECT_EQ(eng.stats().failovers_total, 1);
   EXPECT_EQ(eng.stats().stalls_total, 1);
   EXPECT_EQ(d1.requests().size(), 1u);
@@ -353,14 +356,9 @@ TEST(RemoteEngine, APrefillWithoutAnAnswerFailsOverAtTheDeadline) {
   RemoteEngineOptions o = options();
   o.progress_timeout = std::chrono::milliseconds(300);
   RemoteEngine eng(o);
-  eng.heartbeat(p1.heartbeat());  // equal quota: the first by id pulls first
-  eng.heartbeat(p2.heartbeat());
-  eng.heartbeat(d.heartbeat());
+  join(eng, {&p1, &p2, &d});  // equal quota: the first by id pulls first
   Collected c;
-  ASSERT_EQ(eng.submit(spec(6), c.callback()).status, engine::SubmitStatus::kAccepted);
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 6));
+  ASSERT_NO_FATAL_FAILURE(expect_served(eng, c, 6));
   EXPECT_EQ(eng.stats().stalls_total, 1);
   EXPECT_EQ(p1.requests().size(), 1u);
   EXPECT_EQ(p2.requests().size(), 1u);
@@ -379,16 +377,12 @@ TEST(RemoteEngine, APrefillWorkerFullOfOtherRoutersRequestsIsNotSentMore) {
   eng.heartbeat(d.heartbeat());
   Collected c;
   ASSERT_EQ(eng.submit(spec(4), c.callback()).status, engine::SubmitStatus::kAccepted);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (eng.stats().bucket_queued.at(0) == 0 && std::chrono::steady_clock::now() < end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_while([&] { return eng.stats().bucket_queued.at(0) == 0; });
   ASSERT_EQ(eng.stats().bucket_queued.at(0), 1);  // queued, and no pull can take it while the worker is full
   EXPECT_EQ(p.requests().size(), 0u);
   busy["load"]["waiting"] = 0;  // one slot frees
   eng.heartbeat(busy.dump());
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 4));
+  ASSERT_NO_FATAL_FAILURE(expect_uninterrupted(c, 4));
   EXPECT_EQ(p.requests().size(), 1u);
 }
 
@@ -404,13 +398,9 @@ TEST(RemoteEngine, UnreachablePrefillWorkerIsRetriedOnAnother) {
   dead["id"] = "prefill-a";  // sorts first: pulls first
   dead["url"] = "http://127.0.0.1:" + std::to_string(dead_port);
   eng.heartbeat(dead.dump());
-  eng.heartbeat(p.heartbeat());
-  eng.heartbeat(d.heartbeat());
+  join(eng, {&p, &d});
   Collected c;
-  ASSERT_EQ(eng.submit(spec(5), c.callback()).status, engine::SubmitStatus::kAccepted);
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 5));
+  ASSERT_NO_FATAL_FAILURE(expect_served(eng, c, 5));
   EXPECT_EQ(eng.stats().failovers_total, 1);
   EXPECT_EQ(p.requests().size(), 1u);
   EXPECT_EQ(Json::parse(eng.workers_json())["prefill"], 1);  // the dead one left the pool
@@ -439,10 +429,7 @@ TEST(RemoteEngine, ReservationCapAdmitsLongRequestsAndCountsKvWithinIt) {
   eng.heartbeat(p.heartbeat());
   eng.heartbeat(small.dump());
   Collected c;
-  ASSERT_EQ(eng.submit(spec(20), c.callback()).status, engine::SubmitStatus::kAccepted);
-  ASSERT_TRUE(c.wait());
-  EXPECT_EQ(c.finish, FinishReason::kLength) << c.error;
-  EXPECT_EQ(c.tokens, uninterrupted({3, 4, 5, 6}, 20));
+  ASSERT_NO_FATAL_FAILURE(expect_served(eng, c, 20));
   EXPECT_EQ(eng.stats().failovers_total, 0);  // KV counted past the reservation would have failed it
 }
 
@@ -454,9 +441,7 @@ TEST(RemoteEngine, SilentWorkerLeavesThePoolAndRejoins) {
   eng.heartbeat(d.heartbeat());
   EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 1);
   // The watchdog expires the lease; no heartbeat comes.
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (Json::parse(eng.workers_json())["decode"] == 1 && std::chrono::steady_clock::now() < end)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  wait_while([&] { return Json::parse(eng.workers_json())["decode"] == 1; }, std::chrono::milliseconds(20));
   EXPECT_EQ(Json::parse(eng.workers_json())["decode"], 0);
   Collected c;
   EXPECT_EQ(eng.submit(spec(5), c.callback()).status, engine::SubmitStatus::kQueueFull);

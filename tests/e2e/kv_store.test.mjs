@@ -91,13 +91,23 @@ test('the traffic class: the header, else agent for a request with tools, else c
     // Every block the engine handed to the store (saved) has been written (or was already there).
     let saved = 0;
     const settle = async (what) => {
-      await waitFor(async () => {
-        const m = await metrics(server);
-        const now = m.get('dsinfer_engine_kv_store_blocks_saved_total');
-        const done = m.get('dsinfer_engine_kv_store_records_written_total') + m.get('dsinfer_engine_kv_store_writes_existing_total');
-        if (now > saved && done === now) { saved = now; return true; }
-        return false;
-      }, { what });
+      let seen = {};
+      try {
+        await waitFor(async () => {
+          const m = await metrics(server);
+          const get = (name) => m.get(`dsinfer_engine_kv_store_${name}`);
+          seen = Object.fromEntries(['blocks_saved_total', 'records_written_total', 'writes_existing_total',
+            'dropped_writes_total', 'dropped_disabled_total', 'write_errors_total', 'save_failures_total']
+            .map((k) => [k, get(k)]));
+          const now = seen.blocks_saved_total;
+          const done = seen.records_written_total + seen.writes_existing_total;
+          if (now > saved && done === now) { saved = now; return true; }
+          return false;
+        }, { what });
+      } catch (e) {
+        // Which of "not handed over", "dropped" or "failed" it was (the wait alone cannot tell).
+        throw new Error(`${e.message}: ${JSON.stringify(seen)}\nserver stderr:\n${server.stderr().slice(-4000)}`);
+      }
     };
     await chat(1, false);
     await settle('the chat request stored');

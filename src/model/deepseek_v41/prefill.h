@@ -91,8 +91,10 @@ class Sequence {
   // Rollback: the state as if only the first len positions had been fed.
   void truncate(int64_t len);
   // DSpark draft 0 teacher-forced at every position fed so far (as prefill_logits), from the taps
-  // the forwards kept; the sequence's last call.
-  std::vector<float> dspark_draft0();
+  // the forwards kept; the sequence's last call. confidence: also the confidence logits [T-1, block]
+  // (§2.12 c_k, fp32 raw logits, sigmoid for the probability) of every round's greedy chain: row p,
+  // column k is c_k of the round after p (anchor token p+1), conditioned on o_k as dspark_round's.
+  std::vector<float> dspark_draft0(std::vector<float>* confidence = nullptr);
   StoredKv stored_kv() const;
   // The start s of the latest decoder-side bounded replay (PrefillOptions::decoder_replay_tokens), -1
   // when none ran: the decoder windows of positions before s were never computed (zero in stored_kv())
@@ -101,7 +103,9 @@ class Sequence {
   // One DSpark draft round (§2.12) after the last position fed, anchored on the token that follows it
   // (not fed): the greedy drafts o_1 .. o_count (count <= dspark block size) for the positions after
   // the anchor. o_1 is the argmax of the teacher-forced draft 0 at that position. The state is unchanged.
-  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count);
+  // confidence: also c_0 .. c_{count-1} (§2.12, raw logits; c_k scores draft o_{k+1}, from h_k and o_k),
+  // bitwise row p of dspark_draft0's.
+  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count, std::vector<float>* confidence = nullptr);
 
   // The state of positions [begin, end) (state_range.h); begin a multiple of every kv source's ratio,
   // end too unless it is length(). append_range: a range starting at length() taken as fed; the

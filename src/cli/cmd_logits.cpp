@@ -130,9 +130,6 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   DSINFER_CHECK(flags.numerics == "exact",
                 "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --numerics reference is not implemented");
   const std::optional<std::string> dump_prefix = args.get_optional("dump-kv");
-  DSINFER_CHECK(!dump_prefix || !(args.has("mtp") || args.get_optional("mtp-out")),
-                "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --dump-kv writes the main model's stored ",
-                "values only (not the DSpark rings): give it without --mtp / --mtp-out");
   const int64_t T = static_cast<int64_t>(ids.size());
   const bool mtp = args.has("mtp");
   const std::optional<std::string> mtp_out = args.get_optional("mtp-out");
@@ -205,6 +202,16 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
       write_npy(*dump_prefix + ".comp" + std::to_string(l) + ".npy", c, static_cast<int64_t>(c.size()) / hd, hd);
     for (const auto& [l, k] : kv.index_keys)
       write_npy(*dump_prefix + ".key" + std::to_string(l) + ".npy", k, static_cast<int64_t>(k.size()) / ixd, ixd);
+    // With the draft head, per stage s: PREFIX.ring<s>.npy [T, head_dim] (every position's ring entry)
+    // and PREFIX.block<s>.npy [(T-1)·block, head_dim] (every round's block KV).
+    if (mtp || mtp_out) {
+      const model::deepseek_v41::DsparkKv dk = seq.dspark_stored_kv();
+      for (size_t s = 0; s < dk.rings.size(); ++s) {
+        write_npy(*dump_prefix + ".ring" + std::to_string(s) + ".npy", dk.rings[s], T, hd);
+        write_npy(*dump_prefix + ".block" + std::to_string(s) + ".npy", dk.block_kv[s],
+                  static_cast<int64_t>(dk.block_kv[s].size()) / hd, hd);
+      }
+    }
   }
   if (replay > 0) {
     std::fprintf(stderr, "decoder replay of the last %lld tokens: %s; the logits of the last %lld positions\n",
@@ -228,7 +235,9 @@ int run_logits(int argc, char** argv) {
             "--mtp-out writes them as well, from the same pass; --confidence-out writes the confidence head's\n"
             "logits [T-1, block] of the same rounds (row p, column k: draft k's raw logit, sigmoid for the\n"
             "probability, along the greedy draft chain); --dump-kv writes the stored window KV, compressed\n"
-            "KV and index keys of the main model, in V4's layout; --decoder-replay K runs the decoder layers on\n"
+            "KV and index keys of the main model, in V4's layout, and with --mtp / --mtp-out the DSpark stage\n"
+            "rings PREFIX.ring<s>.npy [T, head_dim] and block KV PREFIX.block<s>.npy [(T-1)*block, head_dim];\n"
+            "--decoder-replay K runs the decoder layers on\n"
             "the last K positions only and writes their logits [min(T, K), vocab]).");
   add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated token ids, or @FILE holding them");
@@ -247,7 +256,8 @@ int run_logits(int argc, char** argv) {
   args.option("seed", "S", "seed of the random rollback tokens", "1");
   args.option("simd", "TARGET", "force one compiled SIMD target, e.g. AVX2 (diagnostic: each computes other bits)", "");
   args.option("dump-kv", "PREFIX",
-              "also write the stored (QDQ'd) window KV, compressed KV and indexer keys as .npy");
+              "also write the stored (QDQ'd) window KV, compressed KV and indexer keys as .npy (V4.1 with --mtp / "
+              "--mtp-out: also the DSpark rings PREFIX.ring<s>.npy and block KV PREFIX.block<s>.npy)");
   args.option("decoder-replay", "K",
               "V4.1, one pass: decoder-side bounded replay of the last K prompt tokens (deepinfer-system.md 2.3; "
               "approximate, the decoder windows truncated at T - K; --out holds the last min(T, K) rows; 0 = exact)",

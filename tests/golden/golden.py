@@ -17,7 +17,9 @@
   golden.py teacher --dsinfer BIN --work DIR --name NAME [--mtp] [--chunk-size N] [--rollback K] [thresholds]
       KV / indexer QDQ on, teacher-forced: `dsinfer logits --dump-kv` writes every QDQ'd vector it stored,
       the reference (float64, in process) uses them instead of its own QDQ results after checking each is
-      a correct rounding of its own values, and the logits are compared (strict bounds by default).
+      a correct rounding of its own values, and the logits are compared (strict bounds by default). V4.1 with
+      --mtp: the DSpark rings and block KV (PREFIX.ring<s>.npy, PREFIX.block<s>.npy) are teacher-forced too,
+      and the draft-0 logits and the confidence logits (as NAME_conf) are compared.
   golden.py short    --dsinfer BIN --work DIR [--lengths 1,2,3,...]
       prompts shorter than a compression group / window (fresh compressor state): one-pass and MTP.
   golden.py fidelity --dsinfer BIN --work DIR [--no-kv-qdq] [--model DIR --tokens N --seed S]
@@ -246,8 +248,10 @@ def cmd_compare(args):
     return 0 if all(ok) else 1
 
 
-def load_teacher(prefix, n_layers, mtp):
-    """The files of `dsinfer logits --dump-kv PREFIX` as the reference's teacher dict."""
+def load_teacher(prefix, n_layers, mtp, rings=0):
+    """The files of `dsinfer logits --dump-kv PREFIX` as the reference's teacher dict (V4.1 with the draft
+    head: for each of the `rings` DSpark stages its ring PREFIX.ring<s>.npy and block KV PREFIX.block<s>.npy,
+    sites ring<s> and block<s>)."""
     win = np.load(prefix + ".window.npy")
     T = win.shape[0] // n_layers
     teacher = {f"window{L}": win[L * T:(L + 1) * T] for L in range(n_layers)}
@@ -256,7 +260,11 @@ def load_teacher(prefix, n_layers, mtp):
             path = f"{prefix}.{kind}{L}.npy"
             if os.path.exists(path):
                 teacher[f"{kind}{L}"] = np.load(path)
-    if mtp:
+    if mtp and rings:
+        for s in range(rings):
+            for kind in ("ring", "block"):
+                teacher[f"{kind}{s}"] = np.load(f"{prefix}.{kind}{s}.npy")
+    elif mtp:
         teacher[f"window{n_layers}"] = np.load(prefix + ".mtp_window.npy")
     return teacher
 
@@ -271,9 +279,9 @@ def cmd_teacher(args):
     import json
     with open(os.path.join(model, "config.json")) as f:
         v41 = (json.load(f).get("architectures") or [""])[0] == "DeepseekV41ForCausalLM"
-    if v41 and args.mtp:
-        raise SystemExit("golden teacher: --mtp is not implemented for V4.1 (the DSpark rings are not dumped)")
-    dsinfer_logits(args, model, ids, out, args.mtp, extra=["--dump-kv", prefix])
+    conf_out = prefix + "_conf.npy" if v41 and args.mtp else None
+    dsinfer_logits(args, model, ids, out, args.mtp,
+                   extra=["--dump-kv", prefix] + (["--confidence-out", conf_out] if conf_out else []))
     import torch
     t0 = time.time()
     if v41:
@@ -282,10 +290,14 @@ def cmd_teacher(args):
     else:
         from model_v4 import DeepseekV4Reference
         ref_model = DeepseekV4Reference(model, kv_qdq=True)
-    ref_model.teacher = load_teacher(prefix, ref_model.cfg.n_layers, args.mtp)
+    ref_model.teacher = load_teacher(prefix, ref_model.cfg.n_layers, args.mtp, ref_model.cfg.n_mtp if v41 else 0)
+    conf = None
     with torch.no_grad():
         logits, state = ref_model.forward(ids)
-        if args.mtp:
+        if args.mtp and v41:  # state: the DSpark taps
+            draft, _, conf = ref_model.dspark(state, ids)
+            logits = draft[:, 0]
+        elif args.mtp:
             logits = ref_model.mtp(state, ids)
     ref = prefix + "_ref.npy"
     np.save(ref, logits.to(torch.float32).numpy())
@@ -308,6 +320,10 @@ def cmd_teacher(args):
         print(f"[{args.name}] FAIL: {total[1]} values differ from the reference's QDQ, more than "
               f"{args.max_differ:g} of them")
     ok &= report(out, ref, args.name, args)
+    if conf is not None:
+        conf_ref = prefix + "_conf_ref.npy"
+        np.save(conf_ref, conf.to(torch.float32).numpy())
+        ok &= report_confidence(conf_out, conf_ref, args.name + "_conf", args)
     return 0 if ok else 1
 
 

@@ -495,6 +495,13 @@ class Prefill {
     return drafts;
   }
 
+  // The stage rings of positions 0 .. length()-1 and the block KV of every round as dspark_draft0
+  // built them.
+  DsparkKv dspark_stored_kv() const {
+    DSINFER_CHECK(drafted_, "V4.1 DSpark: the rings of every position exist after the teacher-forced draft head only");
+    return {rings_, block_kv_};
+  }
+
   std::string last_stage() const { return core::str_cat("mtp.", c_.n_mtp_layers - 1, "."); }
 
   // §2.12 c_k = confidence_head.proj · [h_k ; markov_head.embed[o_k]] for `rows` rows (h rows of d, emb
@@ -1153,6 +1160,10 @@ class Prefill {
       rope(kv.data() + n * hd, hd, rd, f, pos);
       if (opt_.qdq) qdq_pow2(kv.data() + n * hd, hd, 32, true);
     }
+    if (drafted_) {  // the teacher-forced draft head keeps every round's block KV (dspark_stored_kv)
+      block_kv_.resize(static_cast<size_t>(c_.n_mtp_layers));
+      block_kv_[static_cast<size_t>(s)] = kv;
+    }
     const Vec& ring = rings_[static_cast<size_t>(s)];
     const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys) {
       const int64_t round = round0_ + n / B;  // rings hold positions ring0_ .. ring0_ + ring_len_ - 1
@@ -1280,7 +1291,8 @@ class Prefill {
   std::map<int64_t, std::vector<std::vector<int64_t>>> selections_;
   std::vector<std::vector<bool>> cand_;
   std::vector<Vec> taps_;   // DSpark taps [n, d] of every position per target layer, layer order
-  std::vector<Vec> rings_;  // DSpark stage rings [T, hd]
+  std::vector<Vec> rings_;     // DSpark stage rings [T, hd]
+  std::vector<Vec> block_kv_;  // the teacher-forced draft head's block KV per stage [(T-1) B, hd]
   int64_t ring_len_ = 0, block_ = 0;
   int64_t round0_ = 0, ring0_ = 0;  // dspark_round: its round's position, the rings' first position
   int64_t decoder_ = -1;             // the first decoder layer when decoder replay is on
@@ -1345,6 +1357,7 @@ void Sequence::truncate(int64_t len) { state_->p.truncate(len); }
 std::vector<float> Sequence::dspark_draft0(std::vector<float>* confidence) {
   return state_->p.dspark_draft0(confidence);
 }
+DsparkKv Sequence::dspark_stored_kv() const { return state_->p.dspark_stored_kv(); }
 StoredKv Sequence::stored_kv() const { return state_->p.stored(); }
 int64_t Sequence::decoder_replay_start() const { return state_->p.replay_start(); }
 std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count, std::vector<float>* confidence) {

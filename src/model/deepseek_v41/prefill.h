@@ -52,6 +52,13 @@ struct StoredKv {
   std::map<int64_t, std::vector<float>> window, compressed, index_keys;
 };
 
+// What the teacher-forced DSpark draft head (Sequence::dspark_draft0) stored after its FP8 QDQ, per
+// stage: the ring entry of every position, rings [T, head_dim] (row q = kvm_s(q), §2.12), and the
+// block KV of every round, block_kv [(T-1)·block, head_dim] (row p·block + k: round p, block position k).
+struct DsparkKv {
+  std::vector<std::vector<float>> rings, block_kv;
+};
+
 // The weights prepared for the products, shareable by the sequences of one checkpoint so that each
 // weight is prepared once (a server's sequences). Not thread-safe (prepared lazily): sequences that
 // share them must not run at the same time.
@@ -95,6 +102,8 @@ class Sequence {
   // (§2.12 c_k, fp32 raw logits, sigmoid for the probability) of every round's greedy chain: row p,
   // column k is c_k of the round after p (anchor token p+1), conditioned on o_k as dspark_round's.
   std::vector<float> dspark_draft0(std::vector<float>* confidence = nullptr);
+  // After dspark_draft0: the values it stored after their FP8 QDQ (DsparkKv).
+  DsparkKv dspark_stored_kv() const;
   StoredKv stored_kv() const;
   // The start s of the latest decoder-side bounded replay (PrefillOptions::decoder_replay_tokens), -1
   // when none ran: the decoder windows of positions before s were never computed (zero in stored_kv())

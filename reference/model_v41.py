@@ -11,7 +11,8 @@ compressed KV FP4 E2M1 in blocks of 16 with E4M3 scales, index queries/keys FP4 
 (power-of-two scales). `kv_qdq=False` turns all three off. (The bf16 / activation-quant "reference
 numerics" of V4 are not implemented for V4.1.) `teacher` (teacher forcing, the golden tests, as V4's): a
 dict of the stored QDQ'd vectors of `dsinfer logits --dump-kv` (window{L} [T, hd], comp{L} [G, hd],
-key{L} [G, index_dim] for layer L); each is checked to be a correct rounding of this reference's own
+key{L} [G, index_dim] for layer L; with the draft head ring{s} [T, hd] and block{s} [(T-1) * block, hd]
+for DSpark stage s); each is checked to be a correct rounding of this reference's own
 pre-QDQ values (or on a rounding boundary) and on the grid, then used instead of the own QDQ result;
 `teacher_stats[site]` = (values, differing from the own QDQ, not a nearest rounding, off grid).
 
@@ -398,7 +399,8 @@ class DeepseekV41Reference(ReferenceCommon):
         rings = []
         for s in range(cfg.n_mtp):
             pre = f"mtp.{s}.attn."
-            rings.append(self.win_qdq(self.rot(self.norm(self.lin(main_x, pre + "wkv"), pre + "kv_norm"), ang_all[:T])))
+            rings.append(self.win_qdq(self.rot(self.norm(self.lin(main_x, pre + "wkv"), pre + "kv_norm"), ang_all[:T]),
+                                      f"ring{s}"))  # teacher site: dsinfer logits --dump-kv PREFIX.ring<s>.npy
         anchors = ids[1:]
         block = torch.full((P, B), cfg.dspark_noise, dtype=torch.int64)
         block[:, 0] = anchors
@@ -408,7 +410,8 @@ class DeepseekV41Reference(ReferenceCommon):
         for s in range(cfg.n_mtp):
             pre = f"mtp.{s}."
             X, pre_in = self.block(X, pre_in, pre,
-                                   lambda a, s=s, pre=pre: self.stage_attention(a, pre + "attn.", rings[s], ang_all, bpos),
+                                   lambda a, s=s, pre=pre: self.stage_attention(a, pre + "attn.", rings[s], ang_all, bpos,
+                                                                                f"block{s}"),
                                    cfg.dspark_topk)
         h = self.hc_pre(X, pre_in).view(P, B, -1)
         U = self.norm(h, last + "norm") @ self.head().T  # [P, B, V]
@@ -426,17 +429,17 @@ class DeepseekV41Reference(ReferenceCommon):
             drafts[:, k] = o
         return U, drafts, conf
 
-    def stage_attention(self, a, prefix, ring, ang_all, bpos):
+    def stage_attention(self, a, prefix, ring, ang_all, bpos, site=None):
         """§2.12 stage attention for rounds p = 0..P-1 at once (rows of `a` are [P * B]): the queries of
         round p attend to the ring entries of positions max(0, p-W+1)..p and to all B block positions of
-        round p (no causal mask inside the block)."""
+        round p (no causal mask inside the block). site: the block KV's teacher site (rows p * B + k)."""
         cfg = self.cfg
         P, B = bpos.shape
         nh, hd = cfg.n_heads, cfg.head_dim
         ang = ang_all[bpos.reshape(-1)]  # [P*B, rd/2]
         qr = self.norm(self.lin(a, prefix + "wq_a"), prefix + "q_norm")
         q = self.rot(self.lin(qr, prefix + "wq_b").view(P * B, nh, hd), ang[:, None, :]).view(P, B, nh, hd)
-        kvb = self.win_qdq(self.rot(self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm"), ang)).view(P, B, hd)
+        kvb = self.win_qdq(self.rot(self.norm(self.lin(a, prefix + "wkv"), prefix + "kv_norm"), ang), site).view(P, B, hd)
         T = ring.shape[0]
         p = torch.arange(P)[:, None]
         j = torch.arange(T)[None, :]

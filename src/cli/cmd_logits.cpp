@@ -130,12 +130,11 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   DSINFER_CHECK(flags.numerics == "exact",
                 "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --numerics reference is not implemented");
   const std::optional<std::string> dump_prefix = args.get_optional("dump-kv");
-  DSINFER_CHECK(!dump_prefix || !(args.has("mtp") || args.get_optional("mtp-out")),
-                "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --dump-kv writes the main model's stored ",
-                "values only (not the DSpark rings): give it without --mtp / --mtp-out");
   const int64_t T = static_cast<int64_t>(ids.size());
   const bool mtp = args.has("mtp");
   const std::optional<std::string> mtp_out = args.get_optional("mtp-out");
+  const std::optional<std::string> confidence_out = args.get_optional("confidence-out");
+  DSINFER_CHECK(!confidence_out || mtp || mtp_out, "--confidence-out comes with the draft head: give --mtp or --mtp-out");
   int64_t chunk = args.get_int("chunk-size");
   const int64_t rollback = args.get_int("rollback");
   DSINFER_CHECK(chunk >= 0, "--chunk-size must be >= 0, got ", chunk);
@@ -175,8 +174,8 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
       seq.truncate(len);
     }
   }
-  std::vector<float> draft0;
-  if (mtp || mtp_out) draft0 = seq.dspark_draft0();
+  std::vector<float> draft0, confidence;
+  if (mtp || mtp_out) draft0 = seq.dspark_draft0(confidence_out ? &confidence : nullptr);
   const auto t2 = std::chrono::steady_clock::now();
   if (mtp) {
     write_npy(args.get("out"), draft0, T - 1, vocab);
@@ -184,6 +183,9 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
     write_npy(args.get("out"), logits, static_cast<int64_t>(logits.size()) / vocab, vocab);
   }
   if (mtp_out) write_npy(*mtp_out, draft0, T - 1, vocab);
+  if (confidence_out) {
+    write_npy(*confidence_out, confidence, T - 1, static_cast<int64_t>(confidence.size()) / (T - 1));
+  }
   if (dump_prefix) {
     // V4's file layout: PREFIX.window.npy [layers·T, head_dim] (row l·T + p), PREFIX.comp<l>.npy
     // [T/ratio, head_dim] and PREFIX.key<l>.npy [T/ratio, index_head_dim] for every kv source l.
@@ -200,6 +202,16 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
       write_npy(*dump_prefix + ".comp" + std::to_string(l) + ".npy", c, static_cast<int64_t>(c.size()) / hd, hd);
     for (const auto& [l, k] : kv.index_keys)
       write_npy(*dump_prefix + ".key" + std::to_string(l) + ".npy", k, static_cast<int64_t>(k.size()) / ixd, ixd);
+    // With the draft head, per stage s: PREFIX.ring<s>.npy [T, head_dim] (every position's ring entry)
+    // and PREFIX.block<s>.npy [(T-1)·block, head_dim] (every round's block KV).
+    if (mtp || mtp_out) {
+      const model::deepseek_v41::DsparkKv dk = seq.dspark_stored_kv();
+      for (size_t s = 0; s < dk.rings.size(); ++s) {
+        write_npy(*dump_prefix + ".ring" + std::to_string(s) + ".npy", dk.rings[s], T, hd);
+        write_npy(*dump_prefix + ".block" + std::to_string(s) + ".npy", dk.block_kv[s],
+                  static_cast<int64_t>(dk.block_kv[s].size()) / hd, hd);
+      }
+    }
   }
   if (replay > 0) {
     std::fprintf(stderr, "decoder replay of the last %lld tokens: %s; the logits of the last %lld positions\n",
@@ -220,8 +232,12 @@ int run_logits(int argc, char** argv) {
             "On a DeepseekV41ForCausalLM checkpoint (--no-kv-qdq turns off its three QDQ steps): one pass,\n"
             "--chunk-size and --rollback as for V4; --mtp writes the DSpark draft head's draft-0\n"
             "logits [T-1, vocab]: row p from the round after p with anchor token p+1, predicting p+2;\n"
-            "--mtp-out writes them as well, from the same pass; --dump-kv writes the stored window KV, compressed\n"
-            "KV and index keys of the main model, in V4's layout; --decoder-replay K runs the decoder layers on\n"
+            "--mtp-out writes them as well, from the same pass; --confidence-out writes the confidence head's\n"
+            "logits [T-1, block] of the same rounds (row p, column k: draft k's raw logit, sigmoid for the\n"
+            "probability, along the greedy draft chain); --dump-kv writes the stored window KV, compressed\n"
+            "KV and index keys of the main model, in V4's layout, and with --mtp / --mtp-out the DSpark stage\n"
+            "rings PREFIX.ring<s>.npy [T, head_dim] and block KV PREFIX.block<s>.npy [(T-1)*block, head_dim];\n"
+            "--decoder-replay K runs the decoder layers on\n"
             "the last K positions only and writes their logits [min(T, K), vocab]).");
   add_model_flags(args);
   args.option("prompt-ids", "IDS", "comma-separated token ids, or @FILE holding them");
@@ -231,12 +247,17 @@ int run_logits(int argc, char** argv) {
             "V4.1: the slow double-accumulation loops instead of the fp32 kernels (they follow the float64 "
             "reference's QDQ rounding decisions free-running)");
   args.option("mtp-out", "FILE", "also write the MTP (DSpark draft-0) logits to FILE, from the same pass (V4.1 only)");
+  args.option("confidence-out", "FILE",
+              "V4.1, with --mtp or --mtp-out: also write the DSpark confidence logits [T-1, block] (fp32 raw "
+              "logits of each teacher-forced round's greedy drafts) to FILE");
   args.option("chunk-size", "N", "feed the prompt in chunks of N tokens (1 = token-by-token decode; 0 = one pass)",
               "0");
   args.option("rollback", "K", "after every chunk run K extra random tokens and roll them back", "0");
   args.option("seed", "S", "seed of the random rollback tokens", "1");
   args.option("simd", "TARGET", "force one compiled SIMD target, e.g. AVX2 (diagnostic: each computes other bits)", "");
-  args.option("dump-kv", "PREFIX", "also write the stored (QDQ'd) window KV, compressed KV and indexer keys as .npy");
+  args.option("dump-kv", "PREFIX",
+              "also write the stored (QDQ'd) window KV, compressed KV and indexer keys as .npy (V4.1 with --mtp / "
+              "--mtp-out: also the DSpark rings PREFIX.ring<s>.npy and block KV PREFIX.block<s>.npy)");
   args.option("decoder-replay", "K",
               "V4.1, one pass: decoder-side bounded replay of the last K prompt tokens (deepinfer-system.md 2.3; "
               "approximate, the decoder windows truncated at T - K; --out holds the last min(T, K) rows; 0 = exact)",
@@ -248,8 +269,10 @@ int run_logits(int argc, char** argv) {
       model::ModelConfig::load(flags.dir + "/config.json").arch == model::Architecture::kDeepseekV41) {
     return run_logits_v41(args, flags, ids);
   }
-  DSINFER_CHECK(!args.get_optional("mtp-out") && !args.has("double-accumulation") && args.get_int("decoder-replay") == 0,
-                "--mtp-out, --double-accumulation, --decoder-replay: only on DeepseekV41ForCausalLM checkpoints");
+  DSINFER_CHECK(!args.get_optional("mtp-out") && !args.get_optional("confidence-out") &&
+                    !args.has("double-accumulation") && args.get_int("decoder-replay") == 0,
+                "--mtp-out, --confidence-out, --double-accumulation, --decoder-replay: only on DeepseekV41ForCausalLM "
+                "checkpoints");
   const int64_t T = static_cast<int64_t>(ids.size());
   const bool mtp = args.has("mtp");
   int64_t chunk = args.get_int("chunk-size");

@@ -5,17 +5,21 @@
   golden.py setup    --dsinfer BIN --config CFG --seed S --tokens N --work DIR [--no-kv-qdq]
       mkmodel into DIR/model, prompt ids into DIR/ids.txt, reference logits DIR/ref_noqdq.npy (KV/indexer
       QDQ off) and, unless --no-kv-qdq, DIR/ref.npy (QDQ on), each with MTP logits *_mtp.npy (for a
-      DeepseekV41ForCausalLM config: reference/model_v41.py, *_mtp.npy = DSpark draft-0 logits).
+      DeepseekV41ForCausalLM config: reference/model_v41.py, *_mtp.npy = DSpark draft-0 logits, *_conf.npy =
+      the confidence logits [T-1, block] of the same greedy rounds).
   golden.py compare  --dsinfer BIN --work DIR --name NAME [--mtp | --with-mtp] [--no-kv-qdq] [--chunk-size N]
-                     [--double-accumulation]
+                     [--double-accumulation] [--with-confidence]
                      [--rollback K] [--max-median-rel X] [--max-rel X] [--min-argmax X]
                      [--prefix-rows N --prefix-max-rel X]
       runs `dsinfer logits` with those flags and compares with the reference of the setup; --with-mtp
-      (V4.1) also compares the MTP logits of the same run (`--mtp-out`), as NAME_mtp.
+      (V4.1) also compares the MTP logits of the same run (`--mtp-out`), as NAME_mtp; --with-confidence (V4.1,
+      with --mtp or --with-mtp) the DSpark confidence logits (`--confidence-out`), as NAME_conf.
   golden.py teacher --dsinfer BIN --work DIR --name NAME [--mtp] [--chunk-size N] [--rollback K] [thresholds]
       KV / indexer QDQ on, teacher-forced: `dsinfer logits --dump-kv` writes every QDQ'd vector it stored,
       the reference (float64, in process) uses them instead of its own QDQ results after checking each is
-      a correct rounding of its own values, and the logits are compared (strict bounds by default).
+      a correct rounding of its own values, and the logits are compared (strict bounds by default). V4.1 with
+      --mtp: the DSpark rings and block KV (PREFIX.ring<s>.npy, PREFIX.block<s>.npy) are teacher-forced too,
+      and the draft-0 logits and the confidence logits (as NAME_conf) are compared.
   golden.py short    --dsinfer BIN --work DIR [--lengths 1,2,3,...]
       prompts shorter than a compression group / window (fresh compressor state): one-pass and MTP.
   golden.py fidelity --dsinfer BIN --work DIR [--no-kv-qdq] [--model DIR --tokens N --seed S]
@@ -77,8 +81,8 @@ def prompt_ids(seed, tokens, vocab):
     return [int(x) for x in ids]
 
 
-def ref_name(no_kv_qdq, mtp):
-    return "ref" + ("_noqdq" if no_kv_qdq else "") + ("_mtp" if mtp else "") + ".npy"
+def ref_name(no_kv_qdq, mtp, conf=False):
+    return "ref" + ("_noqdq" if no_kv_qdq else "") + ("_mtp" if mtp else "") + ("_conf" if conf else "") + ".npy"
 
 
 def read_ids(work):
@@ -113,9 +117,10 @@ def cmd_setup(args):
             m = DeepseekV41Reference(model, kv_qdq=not no_qdq)
             with torch.no_grad():
                 logits, taps = m.forward(ids)
-                draft, _, _ = m.dspark(taps, ids)
+                draft, _, conf = m.dspark(taps, ids)
             np.save(os.path.join(args.work, ref_name(no_qdq, False)), logits.to(torch.float32).numpy())
             np.save(os.path.join(args.work, ref_name(no_qdq, True)), draft[:, 0].to(torch.float32).numpy())
+            np.save(os.path.join(args.work, ref_name(no_qdq, True, conf=True)), conf.to(torch.float32).numpy())
             print(f"reference V4.1 (float64, kv_qdq={not no_qdq}): logits {tuple(logits.shape)}, DSpark draft 0 "
                   f"{tuple(draft[:, 0].shape)}, {time.time() - t0:.1f} s", flush=True)
         print(f"golden setup done: {len(ids)} tokens in {args.work}")
@@ -171,6 +176,30 @@ def report(a_path, b_path, label, th):
     return not bad
 
 
+def report_confidence(a_path, b_path, label, th):
+    """The DSpark confidence logits [T-1, block]: row p = c_0 .. c_{block-1} of the round after p. Held to the
+    median / max row relative error bounds (no argmax: a row holds one scalar per draft, not a distribution);
+    a draft chain that went another way than the reference's shows as a row far off."""
+    a, b = np.load(a_path).astype(np.float64), np.load(b_path).astype(np.float64)
+    if a.shape != b.shape:
+        print(f"[{label}] FAIL: dsinfer wrote shape {a.shape}, the reference {b.shape}")
+        return False
+    rel = np.linalg.norm(a - b, axis=1) / np.maximum(np.linalg.norm(b, axis=1), np.finfo(np.float64).tiny)
+    sig = np.abs(1 / (1 + np.exp(-a)) - 1 / (1 + np.exp(-b))).max()
+    print(f"[{label}] rows {a.shape[0]} x {a.shape[1]} drafts  rel err median {np.median(rel):.3e}  max "
+          f"{rel.max():.3e} (row {int(rel.argmax())})  max |sigmoid difference| {sig:.3e}  first row above 1e-4: "
+          f"{cmp.first_row_above(rel, 1e-4)}")
+    bad = []
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        bad.append("non-finite confidence logits")
+    if th.max_median_rel is not None and not np.median(rel) <= th.max_median_rel:
+        bad.append(f"median rel err {np.median(rel):.3e} > {th.max_median_rel:g}")
+    if th.max_rel is not None and not rel.max() <= th.max_rel:
+        bad.append(f"max rel err {rel.max():.3e} > {th.max_rel:g}")
+    print(f"[{label}] " + ("FAIL: " + "; ".join(bad) if bad else "PASS"), flush=True)
+    return not bad
+
+
 def dsinfer_logits(args, model, ids, out, mtp=False, extra=()):
     cmd = [args.dsinfer, "logits", "--model", model, "--prompt-ids", ",".join(map(str, ids)), "--out", out]
     if mtp:
@@ -202,13 +231,27 @@ def cmd_compare(args):
         refs.append(ref)
         outs.append(out)
     extra = ["--mtp-out", outs[1]] if args.with_mtp else []
+    if args.with_confidence:
+        if not (args.mtp or args.with_mtp):
+            raise SystemExit("golden: --with-confidence needs --mtp or --with-mtp")
+        conf_ref = os.path.join(args.work, ref_name(args.no_kv_qdq, True, conf=True))
+        if not os.path.exists(conf_ref):
+            raise SystemExit(f"golden: no reference confidence logits {conf_ref} (did the setup test run?)")
+        conf_out = os.path.join(args.work, f"dsinfer_{args.name}_conf.npy")
+        if os.path.exists(conf_out):
+            os.remove(conf_out)
+        extra += ["--confidence-out", conf_out]
     dsinfer_logits(args, os.path.join(args.work, "model"), read_ids(args.work), outs[0], args.mtp, extra)
     ok = [report(out, ref, label, args) for (label, _), out, ref in zip(cases, outs, refs)]
+    if args.with_confidence:
+        ok.append(report_confidence(conf_out, conf_ref, args.name + "_conf", args))
     return 0 if all(ok) else 1
 
 
-def load_teacher(prefix, n_layers, mtp):
-    """The files of `dsinfer logits --dump-kv PREFIX` as the reference's teacher dict."""
+def load_teacher(prefix, n_layers, mtp, rings=0):
+    """The files of `dsinfer logits --dump-kv PREFIX` as the reference's teacher dict (V4.1 with the draft
+    head: for each of the `rings` DSpark stages its ring PREFIX.ring<s>.npy and block KV PREFIX.block<s>.npy,
+    sites ring<s> and block<s>)."""
     win = np.load(prefix + ".window.npy")
     T = win.shape[0] // n_layers
     teacher = {f"window{L}": win[L * T:(L + 1) * T] for L in range(n_layers)}
@@ -217,7 +260,11 @@ def load_teacher(prefix, n_layers, mtp):
             path = f"{prefix}.{kind}{L}.npy"
             if os.path.exists(path):
                 teacher[f"{kind}{L}"] = np.load(path)
-    if mtp:
+    if mtp and rings:
+        for s in range(rings):
+            for kind in ("ring", "block"):
+                teacher[f"{kind}{s}"] = np.load(f"{prefix}.{kind}{s}.npy")
+    elif mtp:
         teacher[f"window{n_layers}"] = np.load(prefix + ".mtp_window.npy")
     return teacher
 
@@ -232,9 +279,9 @@ def cmd_teacher(args):
     import json
     with open(os.path.join(model, "config.json")) as f:
         v41 = (json.load(f).get("architectures") or [""])[0] == "DeepseekV41ForCausalLM"
-    if v41 and args.mtp:
-        raise SystemExit("golden teacher: --mtp is not implemented for V4.1 (the DSpark rings are not dumped)")
-    dsinfer_logits(args, model, ids, out, args.mtp, extra=["--dump-kv", prefix])
+    conf_out = prefix + "_conf.npy" if v41 and args.mtp else None
+    dsinfer_logits(args, model, ids, out, args.mtp,
+                   extra=["--dump-kv", prefix] + (["--confidence-out", conf_out] if conf_out else []))
     import torch
     t0 = time.time()
     if v41:
@@ -243,10 +290,14 @@ def cmd_teacher(args):
     else:
         from model_v4 import DeepseekV4Reference
         ref_model = DeepseekV4Reference(model, kv_qdq=True)
-    ref_model.teacher = load_teacher(prefix, ref_model.cfg.n_layers, args.mtp)
+    ref_model.teacher = load_teacher(prefix, ref_model.cfg.n_layers, args.mtp, ref_model.cfg.n_mtp if v41 else 0)
+    conf = None
     with torch.no_grad():
         logits, state = ref_model.forward(ids)
-        if args.mtp:
+        if args.mtp and v41:  # state: the DSpark taps
+            draft, _, conf = ref_model.dspark(state, ids)
+            logits = draft[:, 0]
+        elif args.mtp:
             logits = ref_model.mtp(state, ids)
     ref = prefix + "_ref.npy"
     np.save(ref, logits.to(torch.float32).numpy())
@@ -269,6 +320,10 @@ def cmd_teacher(args):
         print(f"[{args.name}] FAIL: {total[1]} values differ from the reference's QDQ, more than "
               f"{args.max_differ:g} of them")
     ok &= report(out, ref, args.name, args)
+    if conf is not None:
+        conf_ref = prefix + "_conf_ref.npy"
+        np.save(conf_ref, conf.to(torch.float32).numpy())
+        ok &= report_confidence(conf_out, conf_ref, args.name + "_conf", args)
     return 0 if ok else 1
 
 
@@ -398,6 +453,8 @@ def main():
             if name == "compare":
                 p.add_argument("--with-mtp", action="store_true",
                                help="also compare the MTP logits, from the same dsinfer run (--mtp-out)")
+                p.add_argument("--with-confidence", action="store_true",
+                               help="V4.1: also compare the DSpark confidence logits, from the same run")
                 p.add_argument("--double-accumulation", action="store_true",
                                help="V4.1: dsinfer's double-accumulation loops instead of the fp32 kernels")
             p.add_argument("--chunk-size", type=int)

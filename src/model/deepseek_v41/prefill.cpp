@@ -461,7 +461,7 @@ class Prefill {
   // not fed): the greedy Markov chain o_1 .. o_count. Rings only for the W positions the round sees;
   // every product is row-wise, so o_1 is bitwise the argmax of dspark_draft0's row p. Leaves the
   // sequence's state as it was (only chunk scratch is written).
-  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count) {
+  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count, Vec* confidence = nullptr) {
     DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
     DSINFER_CHECK(!drafted_, "V4.1 DSpark: the sequence's teacher-forced draft head already ran");
     DSINFER_CHECK(length() >= 1, "V4.1 DSpark: a draft round needs a committed position");
@@ -481,34 +481,67 @@ class Prefill {
     round0_ = 0;  // dspark_draft0's rounds start at 0 with rings from position 0
     ring0_ = 0;
     h.resize(static_cast<size_t>(count * d_));  // rows 0 .. count-1 predict the drafts
-    const std::string last = core::str_cat("mtp.", c_.n_mtp_layers - 1, ".");
-    const Vec U = matmul(pool_, rms_norm(h, d_, w_.vec(last + "norm.weight"), c_.rms_norm_eps), count,
+    const Vec U = matmul(pool_, rms_norm(h, d_, w_.vec(last_stage() + "norm.weight"), c_.rms_norm_eps), count,
                          w_.linear("head"));
-    const int64_t V = c_.vocab_size;
     std::vector<int32_t> drafts;
-    int64_t o = anchor;
+    if (confidence) confidence->clear();
+    std::vector<int64_t> o = {anchor};
     for (int64_t k = 0; k < count; ++k) {
-      const Vec emb = w_.rows(last + "markov_head.embed.weight", {o});
-      const Vec bias = matmul(pool_, emb, 1, w_.linear(last + "markov_head.head"));
-      int64_t best = 0;
-      float best_v = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        const float x = static_cast<float>(static_cast<double>(U[k * V + v]) + bias[v]);
-        if (v == 0 || x > best_v) {
-          best = v;
-          best_v = x;
-        }
-      }
-      drafts.push_back(static_cast<int32_t>(best));
-      o = best;
+      const Vec emb = w_.rows(last_stage() + "markov_head.embed.weight", o);
+      if (confidence) confidence->push_back(confidence_logits(h.data() + k * d_, emb, 1)[0]);
+      o[0] = markov_argmax(U.data() + k * c_.vocab_size, emb, 1, nullptr)[0];
+      drafts.push_back(static_cast<int32_t>(o[0]));
     }
     return drafts;
   }
 
+  // The stage rings of positions 0 .. length()-1 and the block KV of every round as dspark_draft0
+  // built them.
+  DsparkKv dspark_stored_kv() const {
+    DSINFER_CHECK(drafted_, "V4.1 DSpark: the rings of every position exist after the teacher-forced draft head only");
+    return {rings_, block_kv_};
+  }
+
+  std::string last_stage() const { return core::str_cat("mtp.", c_.n_mtp_layers - 1, "."); }
+
+  // §2.12 c_k = confidence_head.proj · [h_k ; markov_head.embed[o_k]] for `rows` rows (h rows of d, emb
+  // rows of the Markov rank): the fp32 raw logits (sigmoid gives the probability).
+  Vec confidence_logits(const float* h, const Vec& emb, int64_t rows) {
+    const int64_t r = c_.dspark->markov_rank;
+    Vec cat(static_cast<size_t>(rows * (d_ + r)));
+    for (int64_t i = 0; i < rows; ++i) {
+      std::copy_n(h + i * d_, d_, cat.data() + i * (d_ + r));
+      std::copy_n(emb.data() + i * r, r, cat.data() + i * (d_ + r) + d_);
+    }
+    return matmul(pool_, cat, rows, w_.linear(last_stage() + "confidence_head.proj"));
+  }
+
+  // Draft k's logits U_k + markov_head.head · emb (emb = markov_head.embed[o_k]) for `rows` rows of U
+  // [rows, vocab]; their greedy argmax (exact ties: the lowest id). logits: also the sums, when given.
+  std::vector<int64_t> markov_argmax(const float* U, const Vec& emb, int64_t rows, Vec* logits) {
+    const int64_t V = c_.vocab_size;
+    const Vec bias = matmul(pool_, emb, rows, w_.linear(last_stage() + "markov_head.head"));
+    if (logits) logits->resize(static_cast<size_t>(rows * V));
+    std::vector<int64_t> best(static_cast<size_t>(rows), 0);
+    for (int64_t i = 0; i < rows; ++i) {
+      float best_v = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const float x = static_cast<float>(static_cast<double>(U[i * V + v]) + bias[i * V + v]);
+        if (logits) (*logits)[i * V + v] = x;
+        if (v == 0 || x > best_v) {
+          best[i] = v;
+          best_v = x;
+        }
+      }
+    }
+    return best;
+  }
+
   // §2.12 teacher-forced draft rounds after the main pass(es), from the taps of every position: for
   // every p < T-1 the round after p with anchor ids[p+1]; returns the logits of draft 0 [T-1, vocab]
-  // (predicting token p+2). The sequence's last call.
-  Vec dspark_draft0() {
+  // (predicting token p+2). confidence: also the confidence logits [T-1, block] of each round's
+  // greedy chain (row p, column k: c_k, as dspark_round's). The sequence's last call.
+  Vec dspark_draft0(Vec* confidence = nullptr) {
     DSINFER_CHECK(c_.dspark && c_.n_mtp_layers > 0, "V4.1 prefill: the model has no DSpark stages");
     DSINFER_CHECK(!drafted_, "V4.1 DSpark: draft 0 was already computed (the sequence's last call)");
     DSINFER_CHECK(!replayed_, "V4.1 DSpark: no teacher-forced draft head after a decoder-side bounded replay");
@@ -525,15 +558,23 @@ class Prefill {
     std::vector<int64_t> block_ids(static_cast<size_t>(P * B), c_.dspark->noise_token_id);
     for (int64_t p = 0; p < P; ++p) block_ids[p * B] = ids_[p + 1];
     const Vec h = run_stages(block_ids);
-    Vec h0(static_cast<size_t>(P * d_));
-    for (int64_t p = 0; p < P; ++p) std::copy_n(h.data() + (p * B) * d_, d_, h0.data() + p * d_);
-    const std::string last = core::str_cat("mtp.", c_.n_mtp_layers - 1, ".");
-    Vec logits = matmul(pool_, rms_norm(h0, d_, w_.vec(last + "norm.weight"), c_.rms_norm_eps), P, w_.linear("head"));
-    // Markov bias of draft 0: conditioned on the anchor (o_0 = ids[p+1]).
-    std::vector<int64_t> anchors(ids_.begin() + 1, ids_.end());
-    const Vec emb = w_.rows(last + "markov_head.embed.weight", anchors);
-    const Vec bias = matmul(pool_, emb, P, w_.linear(last + "markov_head.head"));
-    for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(static_cast<double>(logits[i]) + bias[i]);
+    const Vec norm_w = w_.vec(last_stage() + "norm.weight");
+    // Draft k of every round: the rows p * B + k. Draft 0 is conditioned on the anchor (o_0 = ids[p+1]);
+    // the later ones (only for the confidence) on the greedy draft before them.
+    std::vector<int64_t> o(ids_.begin() + 1, ids_.end());
+    Vec logits;
+    if (confidence) confidence->assign(static_cast<size_t>(P * B), 0.0f);
+    for (int64_t k = 0; k < (confidence ? B : 1); ++k) {
+      Vec hk(static_cast<size_t>(P * d_));
+      for (int64_t p = 0; p < P; ++p) std::copy_n(h.data() + (p * B + k) * d_, d_, hk.data() + p * d_);
+      const Vec U = matmul(pool_, rms_norm(hk, d_, norm_w, c_.rms_norm_eps), P, w_.linear("head"));
+      const Vec emb = w_.rows(last_stage() + "markov_head.embed.weight", o);
+      if (confidence) {
+        const Vec c = confidence_logits(hk.data(), emb, P);
+        for (int64_t p = 0; p < P; ++p) (*confidence)[p * B + k] = c[p];
+      }
+      o = markov_argmax(U.data(), emb, P, k == 0 ? &logits : nullptr);
+    }
     return logits;
   }
 
@@ -1119,6 +1160,10 @@ class Prefill {
       rope(kv.data() + n * hd, hd, rd, f, pos);
       if (opt_.qdq) qdq_pow2(kv.data() + n * hd, hd, 32, true);
     }
+    if (drafted_) {  // the teacher-forced draft head keeps every round's block KV (dspark_stored_kv)
+      block_kv_.resize(static_cast<size_t>(c_.n_mtp_layers));
+      block_kv_[static_cast<size_t>(s)] = kv;
+    }
     const Vec& ring = rings_[static_cast<size_t>(s)];
     const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys) {
       const int64_t round = round0_ + n / B;  // rings hold positions ring0_ .. ring0_ + ring_len_ - 1
@@ -1246,7 +1291,8 @@ class Prefill {
   std::map<int64_t, std::vector<std::vector<int64_t>>> selections_;
   std::vector<std::vector<bool>> cand_;
   std::vector<Vec> taps_;   // DSpark taps [n, d] of every position per target layer, layer order
-  std::vector<Vec> rings_;  // DSpark stage rings [T, hd]
+  std::vector<Vec> rings_;     // DSpark stage rings [T, hd]
+  std::vector<Vec> block_kv_;  // the teacher-forced draft head's block KV per stage [(T-1) B, hd]
   int64_t ring_len_ = 0, block_ = 0;
   int64_t round0_ = 0, ring0_ = 0;  // dspark_round: its round's position, the rings' first position
   int64_t decoder_ = -1;             // the first decoder layer when decoder replay is on
@@ -1308,11 +1354,14 @@ std::vector<float> Sequence::forward(const std::vector<int32_t>& ids, int64_t lo
 }
 int64_t Sequence::length() const { return state_->p.length(); }
 void Sequence::truncate(int64_t len) { state_->p.truncate(len); }
-std::vector<float> Sequence::dspark_draft0() { return state_->p.dspark_draft0(); }
+std::vector<float> Sequence::dspark_draft0(std::vector<float>* confidence) {
+  return state_->p.dspark_draft0(confidence);
+}
+DsparkKv Sequence::dspark_stored_kv() const { return state_->p.dspark_stored_kv(); }
 StoredKv Sequence::stored_kv() const { return state_->p.stored(); }
 int64_t Sequence::decoder_replay_start() const { return state_->p.replay_start(); }
-std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count) {
-  return state_->p.dspark_round(anchor, count);
+std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count, std::vector<float>* confidence) {
+  return state_->p.dspark_round(anchor, count, confidence);
 }
 std::vector<std::vector<float>> Sequence::forward_batch(const std::vector<Sequence*>& seqs,
                                                        const std::vector<std::vector<int32_t>>& ids,

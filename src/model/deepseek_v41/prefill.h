@@ -52,6 +52,13 @@ struct StoredKv {
   std::map<int64_t, std::vector<float>> window, compressed, index_keys;
 };
 
+// What the teacher-forced DSpark draft head (Sequence::dspark_draft0) stored after its FP8 QDQ, per
+// stage: the ring entry of every position, rings [T, head_dim] (row q = kvm_s(q), §2.12), and the
+// block KV of every round, block_kv [(T-1)·block, head_dim] (row p·block + k: round p, block position k).
+struct DsparkKv {
+  std::vector<std::vector<float>> rings, block_kv;
+};
+
 // The weights prepared for the products, shareable by the sequences of one checkpoint so that each
 // weight is prepared once (a server's sequences). Not thread-safe (prepared lazily): sequences that
 // share them must not run at the same time.
@@ -91,8 +98,12 @@ class Sequence {
   // Rollback: the state as if only the first len positions had been fed.
   void truncate(int64_t len);
   // DSpark draft 0 teacher-forced at every position fed so far (as prefill_logits), from the taps
-  // the forwards kept; the sequence's last call.
-  std::vector<float> dspark_draft0();
+  // the forwards kept; the sequence's last call. confidence: also the confidence logits [T-1, block]
+  // (§2.12 c_k, fp32 raw logits, sigmoid for the probability) of every round's greedy chain: row p,
+  // column k is c_k of the round after p (anchor token p+1), conditioned on o_k as dspark_round's.
+  std::vector<float> dspark_draft0(std::vector<float>* confidence = nullptr);
+  // After dspark_draft0: the values it stored after their FP8 QDQ (DsparkKv).
+  DsparkKv dspark_stored_kv() const;
   StoredKv stored_kv() const;
   // The start s of the latest decoder-side bounded replay (PrefillOptions::decoder_replay_tokens), -1
   // when none ran: the decoder windows of positions before s were never computed (zero in stored_kv())
@@ -101,7 +112,9 @@ class Sequence {
   // One DSpark draft round (§2.12) after the last position fed, anchored on the token that follows it
   // (not fed): the greedy drafts o_1 .. o_count (count <= dspark block size) for the positions after
   // the anchor. o_1 is the argmax of the teacher-forced draft 0 at that position. The state is unchanged.
-  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count);
+  // confidence: also c_0 .. c_{count-1} (§2.12, raw logits; c_k scores draft o_{k+1}, from h_k and o_k),
+  // bitwise row p of dspark_draft0's.
+  std::vector<int32_t> dspark_round(int32_t anchor, int64_t count, std::vector<float>* confidence = nullptr);
 
   // The state of positions [begin, end) (state_range.h); begin a multiple of every kv source's ratio,
   // end too unless it is length(). append_range: a range starting at length() taken as fed; the

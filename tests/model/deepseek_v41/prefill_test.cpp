@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "small_v41.h"
@@ -83,6 +84,42 @@ TEST(PrefillV41, ChunksDecodeAndRollbackGiveTheOnePassRows) {
       }
     }
   }
+}
+
+// The confidence head (§2.12): a live draft round after prefix p gives its drafts and c_0 .. c_{B-1}
+// bitwise as the teacher-forced rounds' row p (the same row-wise products; the round sees the last W
+// ring entries only, which is all the teacher-forced round p attends to). The values themselves are
+// checked against reference/model_v41.py by golden_tiny41_s1_onepass_dspark.
+TEST(PrefillV41, DsparkRoundConfidenceIsTheTeacherForcedRow) {
+  TempDir dir;
+  auto ck = small_v41_checkpoint(dir, 3);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  const std::vector<int32_t> ids = v41_prompt(20);
+  const int64_t B = ck->config().dspark->block_size, V = ck->config().vocab_size;
+  Sequence full(*ck, &map);
+  full.forward(ids);
+  std::vector<float> conf;
+  const std::vector<float> draft0 = full.dspark_draft0(&conf);
+  ASSERT_EQ(conf.size(), static_cast<size_t>(19 * B));
+  for (const int p : {0, 8, 13, 18}) {
+    Sequence seq(*ck, &map);
+    seq.forward(std::vector<int32_t>(ids.begin(), ids.begin() + p + 1));
+    std::vector<float> c;
+    const std::vector<int32_t> drafts = seq.dspark_round(ids[p + 1], B, &c);
+    ASSERT_EQ(c.size(), static_cast<size_t>(B));
+    for (int64_t k = 0; k < B; ++k) EXPECT_EQ(c[k], conf[p * B + k]) << "round " << p << " draft " << k;
+    const float* row = draft0.data() + p * V;
+    EXPECT_EQ(drafts[0], std::max_element(row, row + V) - row) << "round " << p;
+    // Fewer drafts: the same leading confidences.
+    std::vector<float> c2;
+    seq.dspark_round(ids[p + 1], 2, &c2);
+    ASSERT_EQ(c2.size(), 2u);
+    EXPECT_EQ(c2[0], c[0]);
+    EXPECT_EQ(c2[1], c[1]);
+  }
+  // The values vary with the draft (not a constant head) and are finite.
+  EXPECT_NE(conf[0], conf[1]);
+  for (float x : conf) ASSERT_TRUE(std::isfinite(x));
 }
 
 TEST(PrefillV41, DsparkDraftIsTheLastCall) {

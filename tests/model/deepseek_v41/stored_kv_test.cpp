@@ -97,5 +97,55 @@ TEST(StoredKvV41, ChunksAndRollbackStoreTheOnePassValues) {
   EXPECT_EQ(a.index_keys, b.index_keys);
 }
 
+// The DSpark draft head's stored values (§2.12, `--dump-kv` with `--mtp`: PREFIX.ring<s>.npy and
+// PREFIX.block<s>.npy): after the teacher-forced draft head, per stage a [T, head_dim] ring and a
+// [(T-1)·block, head_dim] block KV on the FP8 grid of the window KV (QDQ on), the same bits however
+// the sequence was fed; refused before the draft head built them.
+TEST(StoredKvV41, DsparkRingsAndBlockKvAfterTheDraftHead) {
+  TempDir dir;
+  auto ck = small_v41_checkpoint(dir, 5);
+  const ModelConfig& c = ck->config();
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), c);
+  const std::vector<int32_t> ids = v41_prompt(33);
+  const int64_t B = c.dspark->block_size;
+  Sequence one(*ck, &map);
+  one.forward(ids);
+  const std::string msg = testing::error_of([&] { one.dspark_stored_kv(); });
+  EXPECT_NE(msg.find("after the teacher-forced draft head"), std::string::npos) << msg;
+  one.dspark_draft0();
+  const DsparkKv dk = one.dspark_stored_kv();
+  ASSERT_EQ(static_cast<int64_t>(dk.rings.size()), c.n_mtp_layers);
+  ASSERT_EQ(static_cast<int64_t>(dk.block_kv.size()), c.n_mtp_layers);
+  ASSERT_GT(dk.rings.size(), 1u);
+  for (size_t s = 0; s < dk.rings.size(); ++s) {
+    ASSERT_EQ(static_cast<int64_t>(dk.rings[s].size()), 33 * c.head_dim) << s;
+    ASSERT_EQ(static_cast<int64_t>(dk.block_kv[s].size()), 32 * B * c.head_dim) << s;
+    EXPECT_EQ(off_pow2_grid(dk.rings[s], 32, 3, 448), 0) << "stage " << s;
+    EXPECT_EQ(off_pow2_grid(dk.block_kv[s], 32, 3, 448), 0) << "stage " << s;
+  }
+  EXPECT_NE(dk.rings[0], dk.rings[1]);  // each stage its own wkv / kv_norm
+  EXPECT_NE(dk.block_kv[1], dk.block_kv[2]);
+
+  Sequence chunked(*ck, &map);
+  for (size_t b = 0; b < ids.size(); b += 7) {
+    chunked.forward(std::vector<int32_t>(ids.begin() + b, ids.begin() + std::min(ids.size(), b + 7)));
+    const int64_t len = chunked.length();
+    chunked.forward({5, 6, 7});
+    chunked.truncate(len);
+  }
+  chunked.dspark_draft0();
+  const DsparkKv dc = chunked.dspark_stored_kv();
+  EXPECT_EQ(dc.rings, dk.rings);
+  EXPECT_EQ(dc.block_kv, dk.block_kv);
+
+  PrefillOptions off;
+  off.qdq = false;
+  Sequence plain(*ck, &map, off);
+  plain.forward(ids);
+  plain.dspark_draft0();
+  EXPECT_GT(off_pow2_grid(plain.dspark_stored_kv().rings.at(0), 32, 3, 448), 0);
+  EXPECT_GT(off_pow2_grid(plain.dspark_stored_kv().block_kv.at(0), 32, 3, 448), 0);
+}
+
 }  // namespace
 }  // namespace dsinfer::model::deepseek_v41

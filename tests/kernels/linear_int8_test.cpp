@@ -358,10 +358,10 @@ TEST(QuantizeInt8Blocks, EveryTargetEqualsTheScalarFormulaBitwise) {
   EXPECT_GT(checked, 0);
 }
 
-// Every dot path and nibble decode (VNNI with vpermb or pshufb, maddubs) for 1..17 rows of x: more than
-// 4 rows run in chunks of 4 against the same panels, and each row stays bitwise the oracle's and its own
+// Every dot path and nibble decode (VNNI with vpermb or pshufb, maddubs) for 1..17 rows of x (up to 4
+// rows the register tiles, more the panel kernel): each row stays bitwise the oracle's and its own
 // result alone, on the calling thread and split over a pool.
-TEST(Fp4Int8Linear, EveryDecodeAndRowChunkEqualsTheOracleAndTheRowAloneBitwise) {
+TEST(Fp4Int8Linear, EveryDecodeAndRowCountEqualsTheOracleAndTheRowAloneBitwise) {
   constexpr int64_t rows = 16 * 7 + 9, cols = 352, block = 128;  // odd panel count, a partial panel
   const Fp4Weight w = make_fp4(rows, cols, 47u, false);
   const Fp4Int8Linear lin(w.view);

@@ -14,8 +14,7 @@
 // The integer dots run on AVX-512 VNNI (vpdpbusd) where the CPU has it, else on maddubs (AVX-512 BW,
 // AVX2: a pair sum is at most 2·24·127, so the i16 saturation never triggers); other targets run the
 // oracle's loop (std::fma, slow without an FMA unit; they are fallbacks only). With AVX-512 VBMI the
-// nibbles are decoded with vpermb. Any number of rows of x runs in tiles of at most 4 rows against a
-// few panels (16 output rows each), so each row's operations are those it has alone.
+// 1..4-row tiles decode the nibbles with vpermb.
 #pragma once
 
 #include <cstdint>

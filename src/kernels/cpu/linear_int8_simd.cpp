@@ -12,8 +12,9 @@
 // (convert, one product, one fused multiply-add per group, groups ascending) is the oracle's, lane by
 // lane. Targets without AVX2 (SSE4, EMU128, scalar: fallbacks only) run the oracle's loop on the packed
 // layout, with std::fma. Where the CPU also has AVX-512 VBMI the nibbles are decoded with vpermb, which
-// reads only the low 6 bits of each index: 3 operations per 64 weight bytes instead of pshufb's 5 (that
-// decode, not the dots, is most of the work at the 1..4 rows of a decode step's expert products).
+// reads only the low 6 bits of each index: 3 operations per 64 weight bytes instead of pshufb's 5 (no
+// difference was measurable on the development VM, where these products are bound by memory; the
+// decode is most of their instructions, which matters where memory is faster).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -171,7 +172,6 @@ HWY_INLINE void DecodeShuffle(VI table, VI mask, VI raw, VI& lo, VI& hi) {
       }                                                                                                        \
     }                                                                                                          \
   }
-
 
 // Rows of x up to which the tile kernel below runs (decode: the rows routed to one expert); more rows
 // take the panel kernel above.

@@ -1,6 +1,7 @@
 // dsinfer bench-forward: throughput of the DeepSeek-V4 forward pass itself (no engine, no sampling):
 // prefill of a random prompt in chunks (logits of the last row only), then decode steps of one token
 // for `--batch` sequences at once. Numbers, never pass/fail; run on a quiet machine.
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -33,7 +34,9 @@ int run_bench_forward(int argc, char** argv) {
   Args args("bench-forward",
             "Measure prefill and decode tokens/s of the DeepSeek-V4 forward pass. Decode is also reported as\n"
             "process CPU time per step and per token: with --threads 1 that is the work of a step even on a\n"
-            "machine shared with other jobs, where the wall-clock rate mostly measures the load.");
+            "machine shared with other jobs, where the wall-clock rate mostly measures the load. The median\n"
+            "and minimum CPU time of one step are printed too: a busy neighbour on the other hyperthread\n"
+            "slows some steps, and the least disturbed ones compare binaries best.");
   add_model_flags(args);
   args.option("prompt-tokens", "N", "prompt length per sequence", "512");
   args.option("chunk-size", "N", "prefill chunk size", "512");
@@ -79,9 +82,12 @@ int run_bench_forward(int argc, char** argv) {
   std::vector<int32_t> next(B);
   for (auto& t : next) t = tok(rng);
   std::vector<v4::SequenceInput> batch(B);
+  std::vector<double> step_cpu;  // per step: on a shared machine the least loaded steps are the median and min
+  step_cpu.reserve(steps);
   const auto d0 = Clock::now();
   const double cpu0 = process_cpu_seconds();
   for (int64_t s = 0; s < steps; ++s) {
+    const double c0 = process_cpu_seconds();
     for (int64_t b = 0; b < B; ++b) {
       batch[b].state = seqs[b].get();
       batch[b].tokens = std::span<const int32_t>(&next[b], 1);
@@ -89,8 +95,10 @@ int run_bench_forward(int argc, char** argv) {
       batch[b].rollback = false;
     }
     model->forward(batch, out);
+    step_cpu.push_back(process_cpu_seconds() - c0);
     for (auto& t : next) t = tok(rng);
   }
+  std::sort(step_cpu.begin(), step_cpu.end());
   const double decode_s = seconds(d0, Clock::now());
   const double decode_cpu_s = process_cpu_seconds() - cpu0;
   const auto mem = seqs[0]->memory();
@@ -104,8 +112,10 @@ int run_bench_forward(int argc, char** argv) {
                 static_cast<double>(steps * B) / decode_s, static_cast<long long>(T), static_cast<long long>(T + steps));
     // With --threads 1 this is the work per token whatever else runs on the machine (idle pool
     // threads that spin would count too).
-    std::printf("  decode CPU: %.2f ms per step, %.2f ms per token (all threads of the process)\n",
-                1e3 * decode_cpu_s / static_cast<double>(steps), 1e3 * decode_cpu_s / static_cast<double>(steps * B));
+    std::printf("  decode CPU: %.2f ms per step, %.2f ms per token (all threads of the process); step median %.2f ms, "
+                "min %.2f ms\n",
+                1e3 * decode_cpu_s / static_cast<double>(steps), 1e3 * decode_cpu_s / static_cast<double>(steps * B),
+                1e3 * step_cpu[step_cpu.size() / 2], 1e3 * step_cpu.front());
   }
   std::printf("  state of one sequence: %.2f MiB (blocks %.2f, windows %.2f, tails %.2f)\n", mem.total() / 1048576.0,
               (mem.full_blocks + mem.pending_blocks) / 1048576.0, mem.windows / 1048576.0, mem.tails / 1048576.0);

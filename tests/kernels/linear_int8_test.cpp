@@ -306,6 +306,105 @@ TEST(Fp4Int8Linear, WithinHalfAQuantizationStepOfTheFp32Product) {
   }
 }
 
+// The vectorized quantization of every target against the header's formula written out here: blocks
+// with ties of x · 127/amax, zeros and -0, an Inf and a NaN block, and lengths that leave vector tails.
+TEST(QuantizeInt8Blocks, EveryTargetEqualsTheScalarFormulaBitwise) {
+  std::mt19937 rng(17u);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int64_t checked = 0;
+  for (const int64_t block : {int64_t{32}, int64_t{100}, int64_t{128}}) {
+    for (const int64_t K : {int64_t{7}, int64_t{288}, int64_t{1024}}) {
+      constexpr int64_t M = 4;
+      const int64_t ldx = K + 2, blocks = int8_block_count(K, block), ldq = K + 1, lds = blocks + 1;
+      std::vector<float> x(M * ldx);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i % 9) - 4);
+      // Row 1: amax 127 (inv 1), so the halves are ties: round half to even.
+      for (int64_t k = 0; k < K; ++k) x[ldx + k] = static_cast<float>(k % 11) - 5.5f;
+      x[ldx] = 127.0f;
+      x[2 * ldx + K - 1] = std::numeric_limits<float>::infinity();  // row 2: the last block Inf
+      x[3 * ldx] = std::numeric_limits<float>::quiet_NaN();           // row 3: the first block NaN
+      std::fill(x.begin() + 3 * ldx + K / 2, x.begin() + 3 * ldx + K, -0.0f);
+      std::vector<int8_t> want_q(M * ldq, 99);
+      std::vector<float> want_s(M * lds, -1.0f);
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
+          float amax = 0.0f;
+          bool finite = true;
+          for (int64_t k = k0; k < k1; ++k) {
+            finite = finite && std::isfinite(x[m * ldx + k]);
+            amax = std::max(amax, std::fabs(x[m * ldx + k]));
+          }
+          want_s[m * lds + b] = finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+          const float inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+          for (int64_t k = k0; k < k1; ++k) {
+            const float r = std::nearbyint(x[m * ldx + k] * inv);
+            want_q[m * ldq + k] = finite ? static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f)) : int8_t{0};
+          }
+        }
+      }
+      for (const SimdTarget& target : available_targets()) {
+        ScopedTarget scope(target);
+        std::vector<int8_t> q(M * ldq, 99);
+        std::vector<float> xs(M * lds, -1.0f);
+        quantize_int8_blocks(x.data(), M, ldx, K, block, q.data(), ldq, xs.data(), lds);
+        const std::string what = target.name + " K=" + std::to_string(K) + " block=" + std::to_string(block);
+        EXPECT_EQ(q, want_q) << what;
+        ASSERT_EQ(std::memcmp(xs.data(), want_s.data(), xs.size() * 4), 0) << what;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Every dot path and nibble decode (VNNI with vpermb or pshufb, maddubs) for 1..17 rows of x (up to 4
+// rows the register tiles, more the panel kernel): each row stays bitwise the oracle's and its own
+// result alone, on the calling thread and split over a pool.
+TEST(Fp4Int8Linear, EveryDecodeAndRowCountEqualsTheOracleAndTheRowAloneBitwise) {
+  constexpr int64_t rows = 16 * 7 + 9, cols = 352, block = 128;  // odd panel count, a partial panel
+  const Fp4Weight w = make_fp4(rows, cols, 47u, false);
+  const Fp4Int8Linear lin(w.view);
+  core::ThreadPool pool(3);
+  struct Path {
+    bool vnni, vbmi;
+    const char* name;
+  };
+  const Path paths[] = {{true, true, " vnni+vpermb"}, {true, false, " vnni+pshufb"}, {false, false, " maddubs"}};
+  int64_t checked = 0;
+  for (const int64_t M : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{16}, int64_t{17}}) {
+    const int64_t ldx = cols + 1, ldy = rows + 3;
+    const std::vector<float> x = make_scaled_x(M, ldx, static_cast<uint32_t>(90 + M));
+    const Quantized qx = quantize(x, M, ldx, cols, block);
+    std::vector<float> want(M * ldy, 0.0f);
+    fp4_int8_reference(w.view, qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, want.data(), ldy);
+    for (const SimdTarget& target : available_targets()) {
+      ScopedTarget scope(target);
+      for (const Path& path : paths) {
+        detail::set_int8_vnni_allowed(path.vnni);
+        detail::set_int8_vbmi_allowed(path.vbmi);
+        const std::string what = target.name + path.name + " M=" + std::to_string(M);
+        for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> got(M * ldy, 0.0f);
+          lin.forward_quantized(qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, got.data(), ldy, p);
+          expect_bitwise_equal(got, want, what + (p ? " pool" : ""));
+          ++checked;
+        }
+        for (int64_t m = 0; m < M; ++m) {
+          std::vector<float> one(ldy, 0.0f);
+          lin.forward_quantized(qx.q.data() + m * qx.ldq, qx.ldq, qx.xs.data() + m * qx.lds, qx.lds, 1, block,
+                                one.data(), ldy, nullptr);
+          expect_bitwise_equal(one, std::vector<float>(want.begin() + m * ldy, want.begin() + (m + 1) * ldy),
+                               what + " row " + std::to_string(m) + " alone");
+        }
+      }
+      detail::set_int8_vnni_allowed(true);
+      detail::set_int8_vbmi_allowed(true);
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 TEST(Fp4Int8Linear, RejectsBadInput) {
   Fp4Weight w = make_fp4(16, 64, 1u, false);
   WeightView bf = w.view;

@@ -68,32 +68,7 @@ int64_t int8_block_count(int64_t K, int64_t block) { return (K + block - 1) / bl
 void quantize_int8_blocks(const float* x, int64_t M, int64_t ldx, int64_t K, int64_t block, int8_t* q,
                           int64_t ldq, float* xs, int64_t lds) {
   DSINFER_CHECK(block > 0, "int8 quantization: block ", block, " is not positive");
-  const int64_t blocks = int8_block_count(K, block);
-  for (int64_t m = 0; m < M; ++m) {
-    const float* xm = x + m * ldx;
-    int8_t* qm = q + m * ldq;
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t k0 = b * block, k1 = std::min(K, k0 + block);
-      float amax = 0.0f;
-      bool finite = true;
-      for (int64_t k = k0; k < k1; ++k) {
-        finite = finite && std::isfinite(xm[k]);
-        amax = std::max(amax, std::fabs(xm[k]));
-      }
-      if (!finite) {
-        xs[m * lds + b] = std::numeric_limits<float>::quiet_NaN();
-        std::fill(qm + k0, qm + k1, int8_t{0});
-        continue;
-      }
-      xs[m * lds + b] = amax / 127.0f;
-      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-      for (int64_t k = k0; k < k1; ++k) {
-        // |x · inv| <= 127 up to one rounding of inv, which the clamp absorbs.
-        const float r = std::nearbyint(xm[k] * inv);
-        qm[k] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
-      }
-    }
-  }
+  detail::int8_quantize_blocks(x, M, ldx, K, block, q, ldq, xs, lds);
 }
 
 void fp4_int8_reference(const WeightView& w, const int8_t* q, int64_t ldq, const float* xs, int64_t lds, int64_t M,
@@ -172,10 +147,7 @@ void Fp4Int8Linear::forward_quantized(const int8_t* q, int64_t ldq, const float*
   check_block(block);
   if (M <= 0) return;
   const Packed& w = *packed_;
-  auto run = [&](int64_t pb, int64_t pe) {
-    std::vector<float> acc(M * kInt8PanelRows);
-    detail::int8_packed_forward(w, q, ldq, xs, lds, M, block, y, ldy, pb, pe, acc.data());
-  };
+  auto run = [&](int64_t pb, int64_t pe) { detail::int8_packed_forward(w, q, ldq, xs, lds, M, block, y, ldy, pb, pe); };
   // A fork/join costs about a microsecond; small products stay on the calling thread.
   constexpr int64_t kInlineMacs = 48 * 1024;
   if (pool == nullptr || pool->size() == 1 || M * w.rows * w.cols < kInlineMacs) {

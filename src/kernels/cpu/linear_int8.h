@@ -13,7 +13,8 @@
 // the scalar oracle fp4_int8_reference, and an output depends on no other row of x (batch invariant).
 // The integer dots run on AVX-512 VNNI (vpdpbusd) where the CPU has it, else on maddubs (AVX-512 BW,
 // AVX2: a pair sum is at most 2·24·127, so the i16 saturation never triggers); other targets run the
-// oracle's loop (std::fma, slow without an FMA unit; they are fallbacks only).
+// oracle's loop (std::fma, slow without an FMA unit; they are fallbacks only). With AVX-512 VBMI the
+// 1..4-row tiles decode the nibbles with vpermb.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +73,9 @@ namespace detail {
 // For tests: false makes AVX-512 targets take the maddubs path even on a CPU with VNNI, so both paths
 // are compared with the oracle on one machine. Not thread safe against running products.
 void set_int8_vnni_allowed(bool allowed);
+// For tests: false makes the VNNI path decode nibbles with pshufb even on a CPU with AVX-512 VBMI
+// (vpermb), so both decodes are compared with the oracle on one machine. Not thread safe either.
+void set_int8_vbmi_allowed(bool allowed);
 }  // namespace detail
 
 }  // namespace dsinfer::kernels

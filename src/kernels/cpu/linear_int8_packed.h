@@ -37,9 +37,12 @@ struct Int8PackedWeight {
 };
 
 // Computes panels [p_begin, p_end) for M rows of quantized x into y (only rows < w.rows are stored),
-// with the best target of this CPU; acc is scratch of M * 16 floats.
+// with the best target of this CPU.
 void int8_packed_forward(const Int8PackedWeight& w, const int8_t* q, int64_t ldq, const float* xs, int64_t lds,
-                         int64_t M, int64_t block, float* y, int64_t ldy, int64_t p_begin, int64_t p_end,
-                         float* acc);
+                         int64_t M, int64_t block, float* y, int64_t ldy, int64_t p_begin, int64_t p_end);
+
+// quantize_int8_blocks with the best target of this CPU (block > 0 checked by the caller).
+void int8_quantize_blocks(const float* x, int64_t M, int64_t ldx, int64_t K, int64_t block, int8_t* q, int64_t ldq,
+                          float* xs, int64_t lds);
 
 }  // namespace dsinfer::kernels::detail

@@ -21,11 +21,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 using testing::compare_mask_walks;
 using testing::v4;
-
-std::shared_ptr<const Vocabulary> v4_vocab() {
-  static auto vocab = Vocabulary::from_tokenizer(v4(), {1});  // 1: <｜end▁of▁sentence｜>
-  return vocab;
-}
+using testing::v4_vocab;
 
 const char* const kSchemas[] = {
     R"g({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer","minimum":0},

@@ -7,6 +7,7 @@
 #include "grammar/earley_matcher.h"
 #include "grammar/ebnf.h"
 #include "grammar/grammar.h"
+#include "grammar/token_matcher.h"
 #include "tokenizer/tokenizer_files.h"
 
 namespace dsinfer::grammar::testing {
@@ -28,5 +29,11 @@ inline std::shared_ptr<const Grammar> ebnf(const std::string& text) {
 
 // The real V4 tokenizer (~129K tokens), built once per process.
 inline const tokenizer::Tokenizer& v4() { return tokenizer::testing::deepseek(tokenizer::DeepseekVersion::kV4); }
+
+// Its vocabulary for token masks, end of text = 1 (<｜end▁of▁sentence｜>), built once per process.
+inline std::shared_ptr<const Vocabulary> v4_vocab() {
+  static auto vocab = Vocabulary::from_tokenizer(v4(), {1});
+  return vocab;
+}
 
 }  // namespace dsinfer::grammar::testing

@@ -18,11 +18,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 using testing::v4;
-
-std::shared_ptr<const Vocabulary> v4_vocab() {
-  static auto vocab = Vocabulary::from_tokenizer(v4(), {1});  // 1: <｜end▁of▁sentence｜>
-  return vocab;
-}
+using testing::v4_vocab;
 
 struct Case {
   const char* schema;

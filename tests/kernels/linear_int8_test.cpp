@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -88,6 +89,52 @@ void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>&
       ADD_FAILURE() << what << ": [" << i << "] " << a[i] << " vs " << b[i];
   }
   EXPECT_EQ(bad, 0) << what;
+}
+
+// Every dot path and nibble decode in `paths` for each row count in `Ms`: the product equals the oracle
+// bitwise, on the calling thread and split over a pool, and every row equals that row computed alone.
+struct DotPath {
+  bool vnni, vbmi;
+  const char* name;
+};
+void expect_rows_equal_the_oracle_and_alone(int64_t rows, int64_t cols, uint32_t seed, uint32_t x_seed,
+                                            std::initializer_list<int64_t> Ms, std::initializer_list<DotPath> paths) {
+  constexpr int64_t block = 128;
+  const Fp4Weight w = make_fp4(rows, cols, seed, false);
+  const Fp4Int8Linear lin(w.view);
+  core::ThreadPool pool(3);
+  int64_t checked = 0;
+  for (const int64_t M : Ms) {
+    const int64_t ldx = cols + 1, ldy = rows + 3;
+    const std::vector<float> x = make_scaled_x(M, ldx, x_seed + static_cast<uint32_t>(M));
+    const Quantized qx = quantize(x, M, ldx, cols, block);
+    std::vector<float> want(M * ldy, 0.0f);
+    fp4_int8_reference(w.view, qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, want.data(), ldy);
+    for (const SimdTarget& target : available_targets()) {
+      ScopedTarget scope(target);
+      for (const DotPath& path : paths) {
+        detail::set_int8_vnni_allowed(path.vnni);
+        detail::set_int8_vbmi_allowed(path.vbmi);
+        const std::string what = target.name + path.name + " M=" + std::to_string(M);
+        for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> got(M * ldy, 0.0f);
+          lin.forward_quantized(qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, got.data(), ldy, p);
+          expect_bitwise_equal(got, want, what + (p ? " pool" : ""));
+          ++checked;
+        }
+        for (int64_t m = 0; m < M; ++m) {
+          std::vector<float> one(ldy, 0.0f);
+          lin.forward_quantized(qx.q.data() + m * qx.ldq, qx.ldq, qx.xs.data() + m * qx.lds, qx.lds, 1, block,
+                                one.data(), ldy, nullptr);
+          expect_bitwise_equal(one, std::vector<float>(want.begin() + m * ldy, want.begin() + (m + 1) * ldy),
+                               what + " row " + std::to_string(m) + " alone");
+        }
+      }
+      detail::set_int8_vnni_allowed(true);
+      detail::set_int8_vbmi_allowed(true);
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST(QuantizeInt8Blocks, HandCheckedValues) {
@@ -194,44 +241,10 @@ TEST(Fp4Int8Linear, EveryTargetAndDotPathEqualsTheOracleBitwise) {
 // panels at once: 10 panels (the last partial) give whole tiles and a remainder for every tile width,
 // each target and dot path against the oracle, and every row equal to the row computed alone.
 TEST(Fp4Int8Linear, DecodeTilesEqualTheOracleAndTheRowAloneBitwise) {
-  constexpr int64_t rows = 16 * 9 + 5, cols = 320, block = 128;
-  const Fp4Weight w = make_fp4(rows, cols, 23u, false);
-  const Fp4Int8Linear lin(w.view);
-  core::ThreadPool pool(3);
-  int64_t checked = 0;
-  for (int64_t M = 1; M <= 4; ++M) {
-    const int64_t ldx = cols + 1, ldy = rows + 3;
-    const std::vector<float> x = make_scaled_x(M, ldx, static_cast<uint32_t>(40 + M));
-    const Quantized qx = quantize(x, M, ldx, cols, block);
-    std::vector<float> want(M * ldy, 0.0f);
-    fp4_int8_reference(w.view, qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, want.data(), ldy);
-    for (const SimdTarget& target : available_targets()) {
-      ScopedTarget scope(target);
-      for (const bool vnni : {true, false}) {
-        detail::set_int8_vnni_allowed(vnni);
-        const std::string what = target.name + (vnni ? " vnni" : " maddubs") + " M=" + std::to_string(M);
-        for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
-          std::vector<float> got(M * ldy, 0.0f);
-          lin.forward_quantized(qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, got.data(), ldy, p);
-          expect_bitwise_equal(got, want, what + (p ? " pool" : ""));
-          ++checked;
-        }
-        for (int64_t m = 0; m < M; ++m) {
-          std::vector<float> one(ldy, 0.0f);
-          lin.forward_quantized(qx.q.data() + m * qx.ldq, qx.ldq, qx.xs.data() + m * qx.lds, qx.lds, 1, block,
-                                one.data(), ldy, nullptr);
-          expect_bitwise_equal(one, std::vector<float>(want.begin() + m * ldy, want.begin() + (m + 1) * ldy),
-                               what + " row " + std::to_string(m) + " alone");
-        }
-      }
-      detail::set_int8_vnni_allowed(true);
-    }
-  }
-  EXPECT_GT(checked, 0);
+  expect_rows_equal_the_oracle_and_alone(16 * 9 + 5, 320, 23u, 40u, {1, 2, 3, 4},
+                                         {{true, true, " vnni"}, {false, false, " maddubs"}});
 }
 
-// What a product streams: the nibbles plus, per row and 32-column group, a 2-byte (bf16, exact for
-// E8M0 scales) or 4-byte (f32 scales) half scale; no per-row correction terms.
 TEST(Fp4Int8Linear, BytesPerGroupAreTheNibblesPlusABf16ScaleForE8M0Scales) {
   constexpr int64_t rows = 37, cols = 288, panel_rows = 48, groups = cols / 32;
   const Fp4Int8Linear e8m0(make_fp4(rows, cols, 3u, false).view);
@@ -362,47 +375,10 @@ TEST(QuantizeInt8Blocks, EveryTargetEqualsTheScalarFormulaBitwise) {
 // rows the register tiles, more the panel kernel): each row stays bitwise the oracle's and its own
 // result alone, on the calling thread and split over a pool.
 TEST(Fp4Int8Linear, EveryDecodeAndRowCountEqualsTheOracleAndTheRowAloneBitwise) {
-  constexpr int64_t rows = 16 * 7 + 9, cols = 352, block = 128;  // odd panel count, a partial panel
-  const Fp4Weight w = make_fp4(rows, cols, 47u, false);
-  const Fp4Int8Linear lin(w.view);
-  core::ThreadPool pool(3);
-  struct Path {
-    bool vnni, vbmi;
-    const char* name;
-  };
-  const Path paths[] = {{true, true, " vnni+vpermb"}, {true, false, " vnni+pshufb"}, {false, false, " maddubs"}};
-  int64_t checked = 0;
-  for (const int64_t M : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{16}, int64_t{17}}) {
-    const int64_t ldx = cols + 1, ldy = rows + 3;
-    const std::vector<float> x = make_scaled_x(M, ldx, static_cast<uint32_t>(90 + M));
-    const Quantized qx = quantize(x, M, ldx, cols, block);
-    std::vector<float> want(M * ldy, 0.0f);
-    fp4_int8_reference(w.view, qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, want.data(), ldy);
-    for (const SimdTarget& target : available_targets()) {
-      ScopedTarget scope(target);
-      for (const Path& path : paths) {
-        detail::set_int8_vnni_allowed(path.vnni);
-        detail::set_int8_vbmi_allowed(path.vbmi);
-        const std::string what = target.name + path.name + " M=" + std::to_string(M);
-        for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
-          std::vector<float> got(M * ldy, 0.0f);
-          lin.forward_quantized(qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, got.data(), ldy, p);
-          expect_bitwise_equal(got, want, what + (p ? " pool" : ""));
-          ++checked;
-        }
-        for (int64_t m = 0; m < M; ++m) {
-          std::vector<float> one(ldy, 0.0f);
-          lin.forward_quantized(qx.q.data() + m * qx.ldq, qx.ldq, qx.xs.data() + m * qx.lds, qx.lds, 1, block,
-                                one.data(), ldy, nullptr);
-          expect_bitwise_equal(one, std::vector<float>(want.begin() + m * ldy, want.begin() + (m + 1) * ldy),
-                               what + " row " + std::to_string(m) + " alone");
-        }
-      }
-      detail::set_int8_vnni_allowed(true);
-      detail::set_int8_vbmi_allowed(true);
-    }
-  }
-  EXPECT_GT(checked, 0);
+  // An odd panel count and a partial panel; up to 4 rows the register tiles, more the panel kernel.
+  expect_rows_equal_the_oracle_and_alone(16 * 7 + 9, 352, 47u, 90u, {1, 3, 5, 8, 9, 16, 17},
+                                         {{true, true, " vnni+vpermb"}, {true, false, " vnni+pshufb"},
+                                          {false, false, " maddubs"}});
 }
 
 TEST(Fp4Int8Linear, RejectsBadInput) {

@@ -41,6 +41,16 @@ int64_t off_pow2_grid(const std::vector<float>& v, int64_t block, int mbits, dou
   return off;
 }
 
+// Feeds `ids` in chunks of 7, each followed by three junk tokens that are rolled back.
+void feed_in_sevens_with_rollbacks(Sequence& seq, const std::vector<int32_t>& ids) {
+  for (size_t b = 0; b < ids.size(); b += 7) {
+    seq.forward(std::vector<int32_t>(ids.begin() + b, ids.begin() + std::min(ids.size(), b + 7)));
+    const int64_t len = seq.length();
+    seq.forward({5, 6, 7});
+    seq.truncate(len);
+  }
+}
+
 TEST(StoredKvV41, ShapesAndQdqGrids) {
   TempDir dir;
   auto ck = small_v41_checkpoint(dir, 5);
@@ -84,12 +94,7 @@ TEST(StoredKvV41, ChunksAndRollbackStoreTheOnePassValues) {
   Sequence one(*ck, &map);
   one.forward(ids);
   Sequence chunked(*ck, &map);
-  for (size_t b = 0; b < ids.size(); b += 7) {
-    chunked.forward(std::vector<int32_t>(ids.begin() + b, ids.begin() + std::min(ids.size(), b + 7)));
-    const int64_t len = chunked.length();
-    chunked.forward({5, 6, 7});
-    chunked.truncate(len);
-  }
+  feed_in_sevens_with_rollbacks(chunked, ids);
   const StoredKv a = one.stored_kv();
   const StoredKv b = chunked.stored_kv();
   EXPECT_EQ(a.window, b.window);
@@ -127,12 +132,7 @@ TEST(StoredKvV41, DsparkRingsAndBlockKvAfterTheDraftHead) {
   EXPECT_NE(dk.block_kv[1], dk.block_kv[2]);
 
   Sequence chunked(*ck, &map);
-  for (size_t b = 0; b < ids.size(); b += 7) {
-    chunked.forward(std::vector<int32_t>(ids.begin() + b, ids.begin() + std::min(ids.size(), b + 7)));
-    const int64_t len = chunked.length();
-    chunked.forward({5, 6, 7});
-    chunked.truncate(len);
-  }
+  feed_in_sevens_with_rollbacks(chunked, ids);
   chunked.dspark_draft0();
   const DsparkKv dc = chunked.dspark_stored_kv();
   EXPECT_EQ(dc.rings, dk.rings);

@@ -10,6 +10,8 @@
 //   bench_linear --benchmark_filter=int8          the FP4 experts' int8 product (--numerics fast), on
 //                                                 activations already quantized (the model quantizes
 //                                                 an expert's rows once for w1 and w3)
+//   bench_linear --benchmark_filter=bf16dot       the FP8 products of --numerics fast (bf16 dot products,
+//                                                 linear_fp8bf16.h), next to the exact FP8 rows
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -107,14 +109,14 @@ const MachineLimits& limits() {
   return m;
 }
 
-void run_linear(benchmark::State& state, const Shape& s, int64_t M) {
+void run_linear(benchmark::State& state, const Shape& s, int64_t M, Fp8Products fp8 = Fp8Products::kExact) {
   const auto src = make_source(s);
   // Enough copies that one pass over all of them is >= 256 MiB (decode), else one.
   const int64_t one = weight_bytes(src->view);
   const int64_t copies = M <= 32 ? std::max<int64_t>(1, ((int64_t{256} << 20) + one - 1) / one) : 1;
   std::vector<Linear> lins;
   lins.reserve(copies);
-  for (int64_t c = 0; c < copies; ++c) lins.emplace_back(src->view);
+  for (int64_t c = 0; c < copies; ++c) lins.emplace_back(src->view, fp8);
   std::vector<float> x(M * s.cols, 0.01f), y(M * s.rows);
   core::ThreadPool* pool = &core::ThreadPool::global();
   int64_t i = 0;
@@ -134,7 +136,8 @@ void run_linear(benchmark::State& state, const Shape& s, int64_t M) {
                                                benchmark::Counter::kIsRate);
   state.counters["of_peak"] = benchmark::Counter(flops * iters / 1e9 / limits().fma.gflops,
                                                  benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(weight_format_name(s.format)) + " " + current_target_name() + " threads=" +
+  state.SetLabel(std::string(weight_format_name(s.format)) + (lins[0].bf16_dot() ? " x bf16 " : " ") +
+                 current_target_name() + " threads=" +
                  std::to_string(pool->size()));
 }
 
@@ -188,6 +191,17 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime()
           ->MinTime(0.3);
+    }
+    if (s.format == WeightFormat::kFP8) {
+      for (int64_t M : ms) {
+        const std::string name = std::string(s.name) + ".bf16dot/" + std::to_string(s.rows) + "x" +
+                                 std::to_string(s.cols) + "/M:" + std::to_string(M) + "/";
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [s, M](benchmark::State& st) { run_linear(st, s, M, Fp8Products::kBf16Dot); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime()
+            ->MinTime(0.3);
+      }
     }
     if (s.format != WeightFormat::kFP4) continue;
     for (int64_t M : {1, 2, 3, 4, 8, 16}) {

@@ -12,6 +12,7 @@
 
 #include "core/dtypes.h"
 #include "core/error.h"
+#include "kernels/cpu/linear_fp8bf16.h"
 #include "kernels/cpu/linear_packed.h"
 
 namespace dsinfer::kernels {
@@ -21,7 +22,9 @@ using detail::kFp8Block;
 using detail::kPanelRows;
 using detail::PackedWeight;
 
-struct Linear::Packed : PackedWeight {};
+struct Linear::Packed : PackedWeight {
+  std::unique_ptr<detail::Fp8Bf16Weight> fp8bf16;  // Fp8Products::kBf16Dot: the weight (data stays empty)
+};
 
 const char* weight_format_name(WeightFormat format) {
   switch (format) {
@@ -192,12 +195,21 @@ Split plan_split(int64_t rows, int64_t cols, int64_t M, int threads, double shar
   return s;
 }
 
-void run_task(const PackedWeight& w, const Split& s, int64_t t, const float* x, int64_t M, int64_t ldx, float* y,
+void compute(const Linear::Packed& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_lo,
+             int64_t row_hi) {
+  if (w.fp8bf16) {
+    detail::fp8bf16_forward(*w.fp8bf16, x, M, ldx, y, ldy, row_lo, row_hi);
+  } else {
+    detail::packed_forward(w, x, M, ldx, y, ldy, row_lo, row_hi);
+  }
+}
+
+void run_task(const Linear::Packed& w, const Split& s, int64_t t, const float* x, int64_t M, int64_t ldx, float* y,
               int64_t ldy) {
   const int64_t rt = t % s.row_tasks, mt = t / s.row_tasks;
   const int64_t r0 = rt * s.row_step, r1 = std::min(w.rows, r0 + s.row_step);
   const int64_t m0 = mt * s.m_step, m1 = std::min(M, m0 + s.m_step);
-  detail::packed_forward(w, x + m0 * ldx, m1 - m0, ldx, y + m0 * ldy, ldy, r0, r1);
+  compute(w, x + m0 * ldx, m1 - m0, ldx, y + m0 * ldy, ldy, r0, r1);
 }
 
 void check_call(const Linear& l, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
@@ -314,7 +326,7 @@ void linear_reference(const WeightView& w, const float* x, int64_t M, int64_t ld
   }
 }
 
-Linear::Linear(const WeightView& w) : view_(w) {
+Linear::Linear(const WeightView& w, Fp8Products fp8) : view_(w) {
   DSINFER_CHECK(w.rows > 0 && w.cols > 0, "linear ", describe(w), ": empty shape");
   DSINFER_CHECK(w.data != nullptr, "linear ", describe(w), ": no data");
   DSINFER_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16 || w.scales != nullptr, "linear ",
@@ -327,6 +339,11 @@ Linear::Linear(const WeightView& w) : view_(w) {
   p->cols = w.cols;
   p->panels = (w.rows + kPanelRows - 1) / kPanelRows;
   p->k_pairs = (w.cols + 1) / 2;
+  if (fp8 == Fp8Products::kBf16Dot && w.format == WeightFormat::kFP8) {
+    p->fp8bf16 = detail::pack_fp8bf16(w);
+    packed_ = std::move(p);
+    return;
+  }
   int64_t elem_pair_bytes = 0;  // bytes of one k-pair of one panel
   switch (w.format) {
     case WeightFormat::kF32: elem_pair_bytes = 2 * 16 * 4; break;
@@ -362,14 +379,19 @@ Linear::~Linear() = default;
 Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
 
-int64_t Linear::bytes() const { return packed_ ? packed_->bytes() : 0; }
+int64_t Linear::bytes() const {
+  if (!packed_) return 0;
+  return packed_->fp8bf16 ? packed_->fp8bf16->bytes() : packed_->bytes();
+}
+
+bool Linear::bf16_dot() const { return packed_ && packed_->fp8bf16; }
 
 void Linear::forward_rows(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_begin,
                           int64_t row_end) const {
   check_call(*this, x, M, ldx, y, ldy);
   DSINFER_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= rows(), "Linear::forward_rows ", describe(view_),
                 ": bad row range [", row_begin, ", ", row_end, ")");
-  detail::packed_forward(*packed_, x, M, ldx, y, ldy, row_begin, row_end);
+  compute(*packed_, x, M, ldx, y, ldy, row_begin, row_end);
 }
 
 void Linear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, core::ThreadPool* pool) const {
@@ -377,7 +399,7 @@ void Linear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t l
   if (M == 0) return;
   const Split s = plan_split(rows(), cols(), M, pool ? pool->size() : 1);
   if (s.tasks() == 1) {
-    detail::packed_forward(*packed_, x, M, ldx, y, ldy, 0, rows());
+    compute(*packed_, x, M, ldx, y, ldy, 0, rows());
     return;
   }
   pool->run(s.tasks(), [&](int64_t t, int) { run_task(*packed_, s, t, x, M, ldx, y, ldy); });

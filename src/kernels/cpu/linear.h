@@ -51,6 +51,11 @@ float weight_at(const WeightView& w, int64_t row, int64_t col);
 
 struct LinearCall;
 
+// How a Linear computes an FP8 weight: kExact as above, or kBf16Dot, bf16 dot products on bf16-rounded
+// activations (the numerics of linear_fp8bf16.h; `--numerics fast` on a CPU with AVX-512 BF16). Other
+// formats ignore it.
+enum class Fp8Products : uint8_t { kExact, kBf16Dot };
+
 // A weight prepared for fast products. It holds a repacked copy of the weight (the same compressed size
 // plus padding of the rows to a multiple of 16), so the view's memory is only read while constructing;
 // view() keeps the original pointers, which need not stay valid. Construction rejects NaN codes (FP8
@@ -58,7 +63,7 @@ struct LinearCall;
 class Linear {
  public:
   Linear();  // empty; out of line so that types holding a Linear by value need not see Packed
-  explicit Linear(const WeightView& w);
+  explicit Linear(const WeightView& w, Fp8Products fp8 = Fp8Products::kExact);
   ~Linear();
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
@@ -68,6 +73,8 @@ class Linear {
   WeightFormat format() const { return view_.format; }
   const WeightView& view() const { return view_; }
   bool empty() const { return packed_ == nullptr; }
+  // Whether products run as FP8 × bf16 dot products (Fp8Products::kBf16Dot on an FP8 weight).
+  bool bf16_dot() const;
   // Bytes this Linear holds (repacked data and scales).
   int64_t bytes() const;
 

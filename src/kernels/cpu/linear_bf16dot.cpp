@@ -9,6 +9,7 @@
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "kernels/cpu/linear_bf16dot.h"
+#include "kernels/cpu/linear_bf16dot_scalar.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -29,26 +30,6 @@ struct Bf16DotPacked {
 };
 
 bool bf16dot_hw_allowed();
-
-// The instruction's view of a bf16: subnormals are zero.
-inline float bf16_daz(uint16_t b) {
-  return (b & 0x7F80) == 0 ? core::bits_float((b & 0x8000u) << 16) : core::bf16_to_float(b);
-}
-inline float ftz(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
-inline uint32_t bf16_pair(float lo, float hi) {
-  return core::float_to_bf16(lo) | (uint32_t{core::float_to_bf16(hi)} << 16);
-}
-
-// One output over the pair lanes of its row (stride between pairs) and x's pairs.
-inline float bf16dot_scalar(const uint32_t* w, int64_t stride, const uint32_t* xp, int64_t pairs) {
-  float acc = 0.0f;
-  for (int64_t kp = 0; kp < pairs; ++kp) {
-    const uint32_t a = w[kp * stride], b = xp[kp];
-    acc = ftz(acc + bf16_daz(static_cast<uint16_t>(a >> 16)) * bf16_daz(static_cast<uint16_t>(b >> 16)));
-    acc = ftz(acc + bf16_daz(static_cast<uint16_t>(a)) * bf16_daz(static_cast<uint16_t>(b)));
-  }
-  return acc;
-}
 
 }  // namespace dsinfer::kernels::detail
 #endif

@@ -1,0 +1,337 @@
+// FP8 × bf16 products (linear_fp8bf16.h): packing, the oracle, the x conversion, and the per-target
+// kernel (vdpbf16ps where the CPU has AVX-512 BF16, else the oracle's loop on the packed layout).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/dtypes.h"
+#include "core/error.h"
+#include "kernels/cpu/linear_bf16dot.h"
+#include "kernels/cpu/linear_bf16dot_scalar.h"
+#include "kernels/cpu/linear_fp8bf16.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/linear_fp8bf16.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#ifndef DSINFER_FP8BF16_ONCE
+#define DSINFER_FP8BF16_ONCE
+namespace dsinfer::kernels::detail {
+
+constexpr int64_t kBlockPairs = kFp8Block / 2;
+
+// bf16 bits of an E4M3 code's exact value (NaN codes never reach here: packing rejects them).
+inline uint16_t fp8_bf16_bits(uint8_t code) { return core::float_to_bf16(core::fp8_e4m3_to_float(code)); }
+
+// x as the conversion instruction reads it: fp32 subnormals are zero (sign kept), then rounded to bf16.
+inline uint16_t x_bf16(float v) {
+  return std::fpclassify(v) == FP_SUBNORMAL ? static_cast<uint16_t>(core::float_bits(v) >> 16 & 0x8000u)
+                                            : core::float_to_bf16(v);
+}
+
+// Rows [r0, r1) of panel p from its 16 outputs, clipped to [row_lo, row_hi).
+inline void store_panel_rows(const Fp8Bf16Weight& w, int64_t p, const float* out16, float* y_row, int64_t row_lo,
+                             int64_t row_hi) {
+  const int64_t r0 = std::max(p * kPanelRows, row_lo), r1 = std::min({(p + 1) * kPanelRows, row_hi, w.rows});
+  if (r0 < r1) std::memcpy(y_row + r0, out16 + (r0 - p * kPanelRows), (r1 - r0) * sizeof(float));
+}
+
+// Scale of panel p's rows for column block b.
+inline float panel_scale(const Fp8Bf16Weight& w, int64_t p, int64_t b) {
+  return w.scales[(p * kPanelRows / kFp8Block) * w.scale_cols + b];
+}
+
+bool fp8bf16_hw_allowed();
+
+}  // namespace dsinfer::kernels::detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace dsinfer::kernels::detail {
+namespace HWY_NAMESPACE {
+
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+#define DSINFER_FP8BF16_HW __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+
+// One k-pair of a panel (32 codes) into 16 u32 lanes of bf16 pairs: an exponent rebias (7 -> 127) for
+// normal codes, a 32-entry table (vpermw) for the zero and subnormal codes, the sign moved to bit 15.
+DSINFER_FP8BF16_HW HWY_INLINE __m512i DecodePairs(const uint8_t* p, __m512i subnormals) {
+  const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7F));
+  __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(0x3C00));
+  const __mmask32 sub = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
+  v = _mm512_mask_permutexvar_epi16(v, sub, mag, subnormals);
+  // v | (w << 8 & 0x8000)
+  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)),
+                                   0xF8);
+}
+
+// MR rows of x × NP panels from panel p0: per scale block, MR·NP fresh vdpbf16ps chains (each weight
+// decode serves MR rows, each broadcast of x NP panels), then one FMA per output into out [MR][NP][16].
+template <int MR, int NP>
+DSINFER_FP8BF16_HW void TileHw(const Fp8Bf16Weight& w, int64_t p0, const uint32_t* xp, __m512i subnormals,
+                               float* out) {
+  const uint8_t* panel[NP];
+  for (int p = 0; p < NP; ++p) panel[p] = w.panel(p0 + p);
+  __m512 y[MR][NP];
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) y[r][p] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < w.scale_cols; ++b) {
+    const int64_t kp0 = b * kBlockPairs, kp1 = std::min(w.pairs, kp0 + kBlockPairs);
+    __m512 acc[MR][NP];
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+    for (int64_t kp = kp0; kp < kp1; ++kp) {
+      __m512i wv[NP];
+      for (int p = 0; p < NP; ++p) wv[p] = DecodePairs(panel[p] + kp * 32, subnormals);
+      for (int r = 0; r < MR; ++r) {
+        const __m512i a = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp]));
+        for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wv[p], (__m512bh)a);
+      }
+    }
+    for (int p = 0; p < NP; ++p) {
+      const __m512 s = _mm512_set1_ps(panel_scale(w, p0 + p, b));
+      for (int r = 0; r < MR; ++r) y[r][p] = _mm512_fmadd_ps(acc[r][p], s, y[r][p]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * 16, y[r][p]);
+}
+
+// Panels [q, q + np) for rows [m, m + MR), np <= 16 / MR: the largest tiles first.
+template <int MR>
+DSINFER_FP8BF16_HW void PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xp,
+                                 __m512i subnormals, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+  constexpr int kMaxNp = MR >= 16 ? 1 : (MR >= 8 ? 2 : 4);
+  alignas(64) float out[MR * kMaxNp * 16];
+  while (q < q_end) {
+    const int64_t left = q_end - q;
+    int np = 1;
+    if (kMaxNp >= 4 && left >= 4) {
+      np = 4;
+      TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, q, xp, subnormals, out);
+    } else if (kMaxNp >= 2 && left >= 2) {
+      np = 2;
+      TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, q, xp, subnormals, out);
+    } else {
+      TileHw<MR, 1>(w, q, xp, subnormals, out);
+    }
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < np; ++p) store_panel_rows(w, q + p, out + (r * np + p) * 16, y + r * ldy, row_lo, row_hi);
+    q += np;
+  }
+}
+
+// x to bf16 sixteen at a time (vcvtneps2bf16: round to nearest even, subnormal inputs read as zero);
+// returns how many columns it converted.
+DSINFER_FP8BF16_HW int64_t ToBf16Hw(const float* x, int64_t cols, void* out) {
+  int64_t k = 0;
+  for (; k + 16 <= cols; k += 16) {
+    const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + k));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + k), (__m256i)b);
+  }
+  return k;
+}
+#endif
+
+// Scalar fallback on the packed layout: the oracle's loop.
+void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float* y, int64_t ldy, int64_t pb,
+                   int64_t pe, int64_t row_lo, int64_t row_hi) {
+  uint32_t lanes[kBlockPairs];
+  float out[kPanelRows];
+  for (int64_t p = pb; p < pe; ++p) {
+    const uint8_t* panel = w.panel(p);
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t r = 0; r < kPanelRows; ++r) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < w.scale_cols; ++b) {
+          const int64_t kp0 = b * kBlockPairs, n = std::min(w.pairs, kp0 + kBlockPairs) - kp0;
+          for (int64_t i = 0; i < n; ++i) {
+            const uint8_t* c = panel + (kp0 + i) * 32 + 2 * r;
+            lanes[i] = fp8_bf16_bits(c[0]) | (uint32_t{fp8_bf16_bits(c[1])} << 16);
+          }
+          acc = std::fma(bf16dot_scalar(lanes, 1, xp + m * w.pairs + kp0, n), panel_scale(w, p, b), acc);
+        }
+        out[r] = acc;
+      }
+      store_panel_rows(w, p, out, y + m * ldy, row_lo, row_hi);
+    }
+  }
+}
+
+void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float* y, int64_t ldy, int64_t row_lo,
+                    int64_t row_hi) {
+  const int64_t pb = row_lo / kPanelRows, pe = (row_hi + kPanelRows - 1) / kPanelRows;
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+  if (fp8bf16_hw_allowed()) {
+    alignas(64) uint16_t table[32] = {};
+    for (int c = 0; c < 8; ++c) table[c] = fp8_bf16_bits(static_cast<uint8_t>(c));
+    const __m512i subnormals = _mm512_load_si512(table);
+    // Groups of 4 panels (64 rows × K bytes, cache resident) pass every row of x before the next group.
+    for (int64_t p = pb; p < pe; p += 4) {
+      const int64_t q_end = std::min(pe, p + 4);
+      for (int64_t m = 0; m < M;) {
+        const int64_t left = M - m;
+        const uint32_t* xm = xp + m * w.pairs;
+        float* ym = y + m * ldy;
+        if (left >= 16) {
+          PanelsHw<16>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          m += 16;
+        } else if (left >= 8) {
+          PanelsHw<8>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          m += 8;
+        } else if (left >= 4) {
+          PanelsHw<4>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          m += 4;
+        } else if (left >= 2) {
+          PanelsHw<2>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          m += 2;
+        } else {
+          PanelsHw<1>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          m += 1;
+        }
+      }
+    }
+    return;
+  }
+#endif
+  ForwardScalar(w, xp, M, y, ldy, pb, pe, row_lo, row_hi);
+}
+
+typedef uint16_t __attribute__((may_alias)) U16Alias;
+
+// x rows to bf16 pairs (xp[m][kp] = bf16(x[2kp]) | bf16(x[2kp+1]) << 16, a zero partner for odd cols).
+void ToPairs(const float* x, int64_t M, int64_t ldx, int64_t cols, int64_t pairs, uint32_t* xp) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * ldx;
+    auto* out = reinterpret_cast<U16Alias*>(xp + m * pairs);
+    int64_t k = 0;
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+    if (fp8bf16_hw_allowed()) k = ToBf16Hw(xr, cols, out);
+#endif
+    for (; k < cols; ++k) out[k] = x_bf16(xr[k]);
+    if (cols % 2 != 0) out[cols] = 0;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace dsinfer::kernels::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <atomic>
+
+namespace dsinfer::kernels {
+
+namespace detail {
+
+bool fp8bf16_hw_allowed() { return bf16dot_hardware(); }
+
+HWY_EXPORT(Fp8Bf16Forward);
+HWY_EXPORT(ToPairs);
+
+namespace {
+
+void check_fp8(const WeightView& w) {
+  DSINFER_CHECK(w.format == WeightFormat::kFP8 && w.rows > 0 && w.cols > 0 && w.data != nullptr &&
+                    w.scales != nullptr,
+                "fp8 bf16 linear ", w.name, ": needs a non-empty FP8 weight with scales, not ",
+                weight_format_name(w.format));
+}
+
+// The block scale of element (n, k), validated (weight_at's value).
+float block_scale(const WeightView& w, int64_t rb, int64_t cb, int64_t scale_cols) {
+  const int64_t i = rb * scale_cols + cb;
+  if (w.scales_f32) {
+    const float s = static_cast<const float*>(w.scales)[i];
+    DSINFER_CHECK(std::isfinite(s), "linear '", w.name, "': FP8 block scale [", rb, ", ", cb, "] is not finite (", s,
+                  ")");
+    return s;
+  }
+  const uint8_t code = static_cast<const uint8_t*>(w.scales)[i];
+  DSINFER_CHECK(code != 0xFF, "linear '", w.name, "': FP8 block scale [", rb, ", ", cb, "] is the E8M0 NaN code 0xFF");
+  return core::e8m0_to_float(code);
+}
+
+}  // namespace
+
+std::unique_ptr<Fp8Bf16Weight> pack_fp8bf16(const WeightView& w) {
+  check_fp8(w);
+  auto p = std::make_unique<Fp8Bf16Weight>();
+  p->rows = w.rows;
+  p->cols = w.cols;
+  p->panels = (w.rows + kPanelRows - 1) / kPanelRows;
+  p->pairs = (w.cols + 1) / 2;
+  p->panel_bytes = (p->pairs * 32 + 63) / 64 * 64;
+  p->scale_cols = (w.cols + kFp8Block - 1) / kFp8Block;
+  const int64_t row_blocks = (w.rows + kFp8Block - 1) / kFp8Block;
+  p->scales.reset(new float[row_blocks * p->scale_cols]);
+  for (int64_t rb = 0; rb < row_blocks; ++rb)
+    for (int64_t cb = 0; cb < p->scale_cols; ++cb)
+      p->scales[rb * p->scale_cols + cb] = block_scale(w, rb, cb, p->scale_cols);
+  p->data = allocate_bytes(p->panels * p->panel_bytes);  // zeroed: padding rows and the odd partner
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    const uint8_t* row = src + n * w.cols;
+    uint8_t* dst = p->data.get() + (n / kPanelRows) * p->panel_bytes + 2 * (n % kPanelRows);
+    for (int64_t k = 0; k < w.cols; ++k) {
+      DSINFER_CHECK((row[k] & 0x7F) != 0x7F, "linear '", w.name, "': weight [", n, ", ", k,
+                    "] is the FP8 E4M3 NaN code 0x", (row[k] == 0xFF ? "FF" : "7F"));
+      dst[(k / 2) * 32 + (k & 1)] = row[k];
+    }
+  }
+  return p;
+}
+
+void fp8bf16_forward(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
+                     int64_t row_lo, int64_t row_hi) {
+  if (M <= 0 || row_lo >= row_hi) return;
+  // Not thread_local: a task of a nested parallel region may run another product on this thread.
+  std::unique_ptr<uint32_t[]> xp(new uint32_t[static_cast<size_t>(M * w.pairs)]);
+  HWY_DYNAMIC_DISPATCH(ToPairs)(x, M, ldx, w.cols, w.pairs, xp.get());
+  HWY_DYNAMIC_DISPATCH(Fp8Bf16Forward)(w, xp.get(), M, y, ldy, row_lo, row_hi);
+}
+
+}  // namespace detail
+
+bool fp8bf16_hardware() { return bf16dot_hardware(); }
+
+void fp8bf16_reference(const WeightView& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
+  using detail::kFp8Block;
+  detail::check_fp8(w);
+  const int64_t pairs = (w.cols + 1) / 2, scale_cols = (w.cols + kFp8Block - 1) / kFp8Block;
+  std::vector<uint32_t> xp(M * pairs), lanes(pairs);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t kp = 0; kp < pairs; ++kp) {
+      const uint16_t lo = detail::x_bf16(x[m * ldx + 2 * kp]);
+      const uint16_t hi = 2 * kp + 1 < w.cols ? detail::x_bf16(x[m * ldx + 2 * kp + 1]) : uint16_t{0};
+      xp[m * pairs + kp] = lo | (uint32_t{hi} << 16);
+    }
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  for (int64_t n = 0; n < w.rows; ++n) {
+    for (int64_t kp = 0; kp < pairs; ++kp) {
+      const uint16_t lo = detail::fp8_bf16_bits(codes[n * w.cols + 2 * kp]);
+      const uint16_t hi = 2 * kp + 1 < w.cols ? detail::fp8_bf16_bits(codes[n * w.cols + 2 * kp + 1]) : uint16_t{0};
+      lanes[kp] = lo | (uint32_t{hi} << 16);
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < scale_cols; ++b) {
+        const int64_t kp0 = b * detail::kBlockPairs, count = std::min(pairs, kp0 + detail::kBlockPairs) - kp0;
+        const float d = detail::bf16dot_scalar(lanes.data() + kp0, 1, xp.data() + m * pairs + kp0, count);
+        acc = std::fma(d, detail::block_scale(w, n / kFp8Block, b, scale_cols), acc);
+      }
+      y[m * ldy + n] = acc;
+    }
+  }
+}
+
+}  // namespace dsinfer::kernels
+#endif  // HWY_ONCE

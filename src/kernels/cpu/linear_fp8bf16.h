@@ -1,0 +1,57 @@
+// FP8 (E4M3, 128×128 block scales) weights times bf16-rounded activations on AVX-512 BF16 (vdpbf16ps):
+// the FP8 products of `--numerics fast` (a kernels::Linear built with Fp8Products::kBf16Dot). At 16
+// rows of x the exact fp32 products run at the FMA peak; vdpbf16ps does twice the multiply-adds per
+// instruction, and the weights stay one byte each in memory (decoded to bf16 in registers).
+//
+// Numerics, per output (m, n), with xb = bf16(daz(x)) (round to nearest even; fp32 subnormals read as
+// zero, as the conversion instruction reads them), the FP8 codes decoded to bf16 exactly (every E4M3
+// value is a normal bf16 or zero, so no scale is folded into the weight) and the scale blocks b of 128
+// columns ascending:
+//   d_b = the vdpbf16ps chain over the block's k-pairs from 0 (linear_bf16dot.h: the odd element of
+//         each pair first, one rounding per step, subnormals flushed to zero)
+//   y   = fma(d_B-1, s_B-1, ... fma(d_1, s_1, fma(d_0, s_0, 0)))   (fused multiply-adds, b ascending)
+// with s_b the block's scale (E8M0 or f32) of row n. An odd cols gets a zero pair partner. Every target
+// gives bitwise the scalar oracle fp8bf16_reference; an output depends on no other row of x and not on
+// the thread count (batch invariant). Targets without AVX-512 BF16 run the oracle's loop (slow: callers
+// ask for this product only where fp8bf16_hardware()).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_packed.h"
+
+namespace dsinfer::kernels {
+
+// Whether the products run on vdpbf16ps on this CPU (the same switch as bf16dot_hardware()).
+bool fp8bf16_hardware();
+
+// The scalar oracle of the numerics above, from the checkpoint layout of an FP8 weight.
+void fp8bf16_reference(const WeightView& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy);
+
+namespace detail {
+
+// The repacked weight: panels of 16 rows, per k-pair 32 bytes, byte 2r + j = code(row r, k = 2kp + j),
+// so a zero-extension to u16 puts row r's pair in u32 lane r. Scales f32 [ceil(rows/128)][ceil(cols/128)].
+struct Fp8Bf16Weight {
+  int64_t rows = 0, cols = 0, panels = 0, pairs = 0;
+  int64_t panel_bytes = 0;  // pairs * 32, rounded up to a cache line
+  int64_t scale_cols = 0;   // ceil(cols / 128)
+  Bytes data;
+  std::unique_ptr<float[]> scales;
+
+  const uint8_t* panel(int64_t p) const { return data.get() + p * panel_bytes; }
+  int64_t bytes() const { return panels * panel_bytes + ((rows + kFp8Block - 1) / kFp8Block) * scale_cols * 4; }
+};
+
+// Validates like Linear (no NaN codes, finite scales, naming the weight and the position) and repacks.
+std::unique_ptr<Fp8Bf16Weight> pack_fp8bf16(const WeightView& w);
+
+// y rows [row_lo, row_hi) (absolute; the panels covering them are computed, only rows in the range
+// stored) for M rows of x, on the calling thread, with the best target of this CPU.
+void fp8bf16_forward(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
+                     int64_t row_lo, int64_t row_hi);
+
+}  // namespace detail
+}  // namespace dsinfer::kernels

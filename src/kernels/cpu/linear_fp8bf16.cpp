@@ -36,6 +36,15 @@ inline uint16_t x_bf16(float v) {
                                             : core::float_to_bf16(v);
 }
 
+// Byte of code (row r of a panel, column k) in the panel: per k-quad q (64 bytes), 128-bit lane r / 4,
+// u32 r % 4 of the lane's first half for k = 4q, 4q+1 and of its second half for 4q+2, 4q+3. Byte
+// unpacks of the decoded low and high bf16 bytes (vpunpck{l,h}bw, per 128-bit lane) then give u32
+// lane r = the row's (k0, k1) pair and, in the second vector, its (k2, k3) pair.
+inline int64_t code_offset(int64_t r, int64_t k) {
+  const int64_t j = k % 4;
+  return (k / 4) * 64 + 16 * (r / 4) + 2 * (r % 4) + (j / 2) * 8 + (j % 2);
+}
+
 // Rows [r0, r1) of panel p from its 16 outputs, clipped to [row_lo, row_hi).
 inline void store_panel_rows(const Fp8Bf16Weight& w, int64_t p, const float* out16, float* y_row, int64_t row_lo,
                              int64_t row_hi) {
@@ -58,75 +67,98 @@ namespace dsinfer::kernels::detail {
 namespace HWY_NAMESPACE {
 
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
-#define DSINFER_FP8BF16_HW __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+#define DSINFER_FP8BF16_HW __attribute__((target(HWY_TARGET_STR ",avx512bf16,avx512vbmi")))
 
-// One k-pair of a panel (32 codes) into 16 u32 lanes of bf16 pairs: an exponent rebias (7 -> 127) for
-// normal codes, a 32-entry table (vpermw) for the zero and subnormal codes, the sign moved to bit 15.
-DSINFER_FP8BF16_HW HWY_INLINE __m512i DecodePairs(const uint8_t* p, __m512i subnormals) {
-  const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7F));
-  __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(0x3C00));
-  const __mmask32 sub = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
-  v = _mm512_mask_permutexvar_epi16(v, sub, mag, subnormals);
-  // v | (w << 8 & 0x8000)
-  return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000)),
-                                   0xF8);
+// Byte tables of the decode (vpermi2b over the 7 magnitude bits): low and high byte of the exact bf16.
+struct DecodeTables {
+  __m512i lo0, lo1, hi0, hi1;
+};
+
+// One k-quad of a panel (64 codes) into two vectors of 16 u32 lanes of bf16 pairs: a (k0, k1), b (k2, k3).
+DSINFER_FP8BF16_HW HWY_INLINE void DecodeQuad(const uint8_t* p, const DecodeTables& t, __m512i* a, __m512i* b) {
+  const __m512i c = _mm512_loadu_si512(p);
+  const __m512i lo = _mm512_permutex2var_epi8(t.lo0, c, t.lo1);
+  // high byte | the code's sign bit
+  const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.hi0, c, t.hi1), c,
+                                               _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
+  *a = _mm512_unpacklo_epi8(lo, hi);
+  *b = _mm512_unpackhi_epi8(lo, hi);
 }
 
-// MR rows of x × NP panels from panel p0: per scale block, MR·NP fresh vdpbf16ps chains (each weight
-// decode serves MR rows, each broadcast of x NP panels), then one FMA per output into out [MR][NP][16].
+// MR rows of x × NP panels from panel p0, scale block b: MR·NP fresh vdpbf16ps chains (each weight
+// decode serves MR rows, each broadcast of x NP panels), then one FMA per output into out [MR][NP][16]
+// (memory, leaving the registers to the chains and the decode).
 template <int MR, int NP>
-DSINFER_FP8BF16_HW void TileHw(const Fp8Bf16Weight& w, int64_t p0, const uint32_t* xp, __m512i subnormals,
-                               float* out) {
+DSINFER_FP8BF16_HW void TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, const uint32_t* xp,
+                               const DecodeTables& t, float* out) {
   const uint8_t* panel[NP];
   for (int p = 0; p < NP; ++p) panel[p] = w.panel(p0 + p);
-  __m512 y[MR][NP];
+  const int64_t kp0 = b * kBlockPairs, kp1 = std::min(w.pairs, kp0 + kBlockPairs);
+  __m512 acc[MR][NP];
   for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) y[r][p] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < w.scale_cols; ++b) {
-    const int64_t kp0 = b * kBlockPairs, kp1 = std::min(w.pairs, kp0 + kBlockPairs);
-    __m512 acc[MR][NP];
-    for (int r = 0; r < MR; ++r)
-      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
-    for (int64_t kp = kp0; kp < kp1; ++kp) {
-      __m512i wv[NP];
-      for (int p = 0; p < NP; ++p) wv[p] = DecodePairs(panel[p] + kp * 32, subnormals);
-      for (int r = 0; r < MR; ++r) {
-        const __m512i a = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp]));
-        for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wv[p], (__m512bh)a);
-      }
-    }
-    for (int p = 0; p < NP; ++p) {
-      const __m512 s = _mm512_set1_ps(panel_scale(w, p0 + p, b));
-      for (int r = 0; r < MR; ++r) y[r][p] = _mm512_fmadd_ps(acc[r][p], s, y[r][p]);
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  int64_t kp = kp0;
+  for (; kp + 2 <= kp1; kp += 2) {
+    __m512i wa[NP], wb[NP];
+    for (int p = 0; p < NP; ++p) DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp]));
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wa[p], (__m512bh)xa);
+      const __m512i xb = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp + 1]));
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wb[p], (__m512bh)xb);
     }
   }
-  for (int r = 0; r < MR; ++r)
-    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(out + (r * NP + p) * 16, y[r][p]);
+  if (kp < kp1) {  // the last pair of an odd count: the quad's second half is padding, not used
+    __m512i wa[NP], wb[NP];
+    for (int p = 0; p < NP; ++p) DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp]));
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wa[p], (__m512bh)xa);
+    }
+  }
+  for (int p = 0; p < NP; ++p) {
+    const __m512 s = _mm512_set1_ps(panel_scale(w, p0 + p, b));
+    for (int r = 0; r < MR; ++r) {
+      float* o = out + (r * NP + p) * 16;
+      _mm512_storeu_ps(o, _mm512_fmadd_ps(acc[r][p], s, _mm512_loadu_ps(o)));
+    }
+  }
 }
 
-// Panels [q, q + np) for rows [m, m + MR), np <= 16 / MR: the largest tiles first.
+// Panels [q, q_end) (at most kGroupPanels) for rows [m, m + MR) in tiles of np <= 16 / MR panels. Scale
+// blocks outer, tiles inner: a block of x (MR rows × 64 pairs) stays in L1 while every tile uses it.
+constexpr int kGroupPanels = 4;
 template <int MR>
 DSINFER_FP8BF16_HW void PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xp,
-                                 __m512i subnormals, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+                                 const DecodeTables& t, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
   constexpr int kMaxNp = MR >= 16 ? 1 : (MR >= 8 ? 2 : 4);
-  alignas(64) float out[MR * kMaxNp * 16];
-  while (q < q_end) {
-    const int64_t left = q_end - q;
-    int np = 1;
-    if (kMaxNp >= 4 && left >= 4) {
-      np = 4;
-      TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, q, xp, subnormals, out);
-    } else if (kMaxNp >= 2 && left >= 2) {
-      np = 2;
-      TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, q, xp, subnormals, out);
-    } else {
-      TileHw<MR, 1>(w, q, xp, subnormals, out);
-    }
-    for (int r = 0; r < MR; ++r)
-      for (int p = 0; p < np; ++p) store_panel_rows(w, q + p, out + (r * np + p) * 16, y + r * ldy, row_lo, row_hi);
-    q += np;
+  alignas(64) float out[kGroupPanels * MR * 16];  // tile i: [MR][np][16] from its first panel's (p - q) * MR * 16
+  int64_t tile_q[kGroupPanels];
+  int tile_np[kGroupPanels], tiles = 0;
+  for (int64_t p = q; p < q_end; ++tiles) {
+    const int64_t left = q_end - p;
+    tile_q[tiles] = p;
+    tile_np[tiles] = kMaxNp >= 4 && left >= 4 ? 4 : (kMaxNp >= 2 && left >= 2 ? 2 : 1);
+    p += tile_np[tiles];
   }
+  std::memset(out, 0, sizeof(out));
+  for (int64_t b = 0; b < w.scale_cols; ++b) {
+    for (int i = 0; i < tiles; ++i) {
+      float* o = out + (tile_q[i] - q) * MR * 16;
+      if (tile_np[i] == 4) {
+        TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xp, t, o);
+      } else if (tile_np[i] == 2) {
+        TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xp, t, o);
+      } else {
+        TileHw<MR, 1>(w, tile_q[i], b, xp, t, o);
+      }
+    }
+  }
+  for (int i = 0; i < tiles; ++i)
+    for (int r = 0; r < MR; ++r)
+      for (int p = 0; p < tile_np[i]; ++p)
+        store_panel_rows(w, tile_q[i] + p, out + (tile_q[i] - q) * MR * 16 + (r * tile_np[i] + p) * 16, y + r * ldy,
+                         row_lo, row_hi);
 }
 
 // x to bf16 sixteen at a time (vcvtneps2bf16: round to nearest even, subnormal inputs read as zero);
@@ -154,8 +186,8 @@ void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float*
         for (int64_t b = 0; b < w.scale_cols; ++b) {
           const int64_t kp0 = b * kBlockPairs, n = std::min(w.pairs, kp0 + kBlockPairs) - kp0;
           for (int64_t i = 0; i < n; ++i) {
-            const uint8_t* c = panel + (kp0 + i) * 32 + 2 * r;
-            lanes[i] = fp8_bf16_bits(c[0]) | (uint32_t{fp8_bf16_bits(c[1])} << 16);
+            const int64_t k = 2 * (kp0 + i);
+            lanes[i] = fp8_bf16_bits(panel[code_offset(r, k)]) | (uint32_t{fp8_bf16_bits(panel[code_offset(r, k + 1)])} << 16);
           }
           acc = std::fma(bf16dot_scalar(lanes, 1, xp + m * w.pairs + kp0, n), panel_scale(w, p, b), acc);
         }
@@ -171,30 +203,35 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float
   const int64_t pb = row_lo / kPanelRows, pe = (row_hi + kPanelRows - 1) / kPanelRows;
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
   if (fp8bf16_hw_allowed()) {
-    alignas(64) uint16_t table[32] = {};
-    for (int c = 0; c < 8; ++c) table[c] = fp8_bf16_bits(static_cast<uint8_t>(c));
-    const __m512i subnormals = _mm512_load_si512(table);
+    alignas(64) uint8_t lo[128], hi[128];
+    for (int c = 0; c < 128; ++c) {
+      const uint16_t v = c == 0x7F ? 0 : fp8_bf16_bits(static_cast<uint8_t>(c));
+      lo[c] = static_cast<uint8_t>(v);
+      hi[c] = static_cast<uint8_t>(v >> 8);
+    }
+    const DecodeTables t{_mm512_load_si512(lo), _mm512_load_si512(lo + 64), _mm512_load_si512(hi),
+                         _mm512_load_si512(hi + 64)};
     // Groups of 4 panels (64 rows × K bytes, cache resident) pass every row of x before the next group.
-    for (int64_t p = pb; p < pe; p += 4) {
-      const int64_t q_end = std::min(pe, p + 4);
+    for (int64_t p = pb; p < pe; p += kGroupPanels) {
+      const int64_t q_end = std::min(pe, p + kGroupPanels);
       for (int64_t m = 0; m < M;) {
         const int64_t left = M - m;
         const uint32_t* xm = xp + m * w.pairs;
         float* ym = y + m * ldy;
         if (left >= 16) {
-          PanelsHw<16>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          PanelsHw<16>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 16;
         } else if (left >= 8) {
-          PanelsHw<8>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          PanelsHw<8>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 8;
         } else if (left >= 4) {
-          PanelsHw<4>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          PanelsHw<4>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 4;
         } else if (left >= 2) {
-          PanelsHw<2>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          PanelsHw<2>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 2;
         } else {
-          PanelsHw<1>(w, p, q_end, xm, subnormals, ym, ldy, row_lo, row_hi);
+          PanelsHw<1>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 1;
         }
       }
@@ -232,7 +269,14 @@ namespace dsinfer::kernels {
 
 namespace detail {
 
-bool fp8bf16_hw_allowed() { return bf16dot_hardware(); }
+bool fp8bf16_hw_allowed() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return vbmi && bf16dot_hardware();
+#else
+  return false;
+#endif
+}
 
 HWY_EXPORT(Fp8Bf16Forward);
 HWY_EXPORT(ToPairs);
@@ -269,7 +313,7 @@ std::unique_ptr<Fp8Bf16Weight> pack_fp8bf16(const WeightView& w) {
   p->cols = w.cols;
   p->panels = (w.rows + kPanelRows - 1) / kPanelRows;
   p->pairs = (w.cols + 1) / 2;
-  p->panel_bytes = (p->pairs * 32 + 63) / 64 * 64;
+  p->panel_bytes = (p->pairs + 1) / 2 * 64;  // whole k-quads
   p->scale_cols = (w.cols + kFp8Block - 1) / kFp8Block;
   const int64_t row_blocks = (w.rows + kFp8Block - 1) / kFp8Block;
   p->scales.reset(new float[row_blocks * p->scale_cols]);
@@ -280,11 +324,11 @@ std::unique_ptr<Fp8Bf16Weight> pack_fp8bf16(const WeightView& w) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t n = 0; n < w.rows; ++n) {
     const uint8_t* row = src + n * w.cols;
-    uint8_t* dst = p->data.get() + (n / kPanelRows) * p->panel_bytes + 2 * (n % kPanelRows);
+    uint8_t* dst = p->data.get() + (n / kPanelRows) * p->panel_bytes;
     for (int64_t k = 0; k < w.cols; ++k) {
       DSINFER_CHECK((row[k] & 0x7F) != 0x7F, "linear '", w.name, "': weight [", n, ", ", k,
                     "] is the FP8 E4M3 NaN code 0x", (row[k] == 0xFF ? "FF" : "7F"));
-      dst[(k / 2) * 32 + (k & 1)] = row[k];
+      dst[code_offset(n % kPanelRows, k)] = row[k];
     }
   }
   return p;
@@ -301,7 +345,7 @@ void fp8bf16_forward(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t 
 
 }  // namespace detail
 
-bool fp8bf16_hardware() { return bf16dot_hardware(); }
+bool fp8bf16_hardware() { return detail::fp8bf16_hw_allowed(); }
 
 void fp8bf16_reference(const WeightView& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
   using detail::kFp8Block;

@@ -24,7 +24,8 @@
 
 namespace dsinfer::kernels {
 
-// Whether the products run on vdpbf16ps on this CPU (the same switch as bf16dot_hardware()).
+// Whether the products run on vdpbf16ps on this CPU (AVX-512 BF16 and VBMI, whose vpermi2b decodes the
+// codes; tests turn it off with detail::set_bf16dot_hw_allowed).
 bool fp8bf16_hardware();
 
 // The scalar oracle of the numerics above, from the checkpoint layout of an FP8 weight.
@@ -32,11 +33,11 @@ void fp8bf16_reference(const WeightView& w, const float* x, int64_t M, int64_t l
 
 namespace detail {
 
-// The repacked weight: panels of 16 rows, per k-pair 32 bytes, byte 2r + j = code(row r, k = 2kp + j),
-// so a zero-extension to u16 puts row r's pair in u32 lane r. Scales f32 [ceil(rows/128)][ceil(cols/128)].
+// The repacked weight: panels of 16 rows, per k-quad 64 bytes of codes in the order the decode's byte
+// unpacks want (linear_fp8bf16.cpp, code_offset). Scales f32 [ceil(rows/128)][ceil(cols/128)].
 struct Fp8Bf16Weight {
   int64_t rows = 0, cols = 0, panels = 0, pairs = 0;
-  int64_t panel_bytes = 0;  // pairs * 32, rounded up to a cache line
+  int64_t panel_bytes = 0;  // 64 per k-quad
   int64_t scale_cols = 0;   // ceil(cols / 128)
   Bytes data;
   std::unique_ptr<float[]> scales;

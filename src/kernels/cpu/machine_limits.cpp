@@ -81,11 +81,60 @@ HWY_EXPORT(FloatLanes);
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double now_seconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 constexpr int64_t kFmasPerIter = 12;
+std::atomic<bool> g_coordinator_late{false};
+
+// Runs `repeats` rounds of `work(thread)` on `threads` fresh threads (after `setup(thread)` on each),
+// each worker timing its own run; returns the runs, [repeat][thread].
+template <class Setup, class Work>
+std::vector<std::vector<detail::TimedRun>> timed_rounds(int threads, int repeats, Setup setup, Work work) {
+  std::vector<std::vector<detail::TimedRun>> runs(repeats, std::vector<detail::TimedRun>(threads));
+  std::barrier sync(threads + 1);
+  std::atomic<int> finished{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      setup(t);
+      sync.arrive_and_wait();
+      for (int r = 0; r < repeats; ++r) {
+        sync.arrive_and_wait();  // start
+        runs[r][t].begin = now_seconds();
+        work(t);
+        runs[r][t].end = now_seconds();
+        finished.fetch_add(1, std::memory_order_release);
+        sync.arrive_and_wait();  // done
+      }
+    });
+  }
+  sync.arrive_and_wait();
+  for (int r = 0; r < repeats; ++r) {
+    sync.arrive_and_wait();
+    if (g_coordinator_late.load(std::memory_order_relaxed)) {
+      while (finished.load(std::memory_order_acquire) < (r + 1) * threads) std::this_thread::yield();
+    }
+    sync.arrive_and_wait();
+  }
+  for (auto& th : pool) th.join();
+  return runs;
+}
 }  // namespace
+
+double detail::rate_over_span(std::span<const TimedRun> runs, double total_work) {
+  if (runs.empty()) return 0.0;
+  double begin = runs[0].begin, end = runs[0].end;
+  for (const TimedRun& r : runs) {
+    begin = std::min(begin, r.begin);
+    end = std::max(end, r.end);
+  }
+  return end > begin ? total_work / (end - begin) : 0.0;
+}
+
+void detail::set_probe_coordinator_late(bool late) { g_coordinator_late.store(late, std::memory_order_relaxed); }
 
 BandwidthResult measure_read_bandwidth(int threads, int64_t bytes, int repeats) {
   threads = std::max(threads, 1);
+  repeats = std::max(repeats, 1);
   const int64_t lanes = HWY_DYNAMIC_DISPATCH(FloatLanes)();
   // Every slice a whole number of 4-vector steps.
   const int64_t unit = 4 * lanes * threads;
@@ -93,34 +142,17 @@ BandwidthResult measure_read_bandwidth(int threads, int64_t bytes, int repeats) 
   auto buffer = hwy::AllocateAligned<float>(static_cast<size_t>(n));
   float* data = buffer.get();
   const int64_t slice = n / threads;
-  std::barrier sync(threads + 1);
   std::atomic<float> sink{0.0f};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      std::memset(data + t * slice, 0, static_cast<size_t>(slice) * 4);  // first touch by the reader
-      sync.arrive_and_wait();
-      for (int r = 0; r < repeats; ++r) {
-        sync.arrive_and_wait();  // start
-        const float s = HWY_DYNAMIC_DISPATCH(ReadSum)(data + t * slice, slice);
-        sink.store(s, std::memory_order_relaxed);
-        sync.arrive_and_wait();  // done
-      }
-    });
-  }
-  sync.arrive_and_wait();
+  const auto runs = timed_rounds(
+      threads, repeats,
+      [&](int t) { std::memset(data + t * slice, 0, static_cast<size_t>(slice) * 4); },  // first touch by the reader
+      [&](int t) { sink.store(HWY_DYNAMIC_DISPATCH(ReadSum)(data + t * slice, slice), std::memory_order_relaxed); });
   double best = 0;
-  for (int r = 0; r < repeats; ++r) {
-    sync.arrive_and_wait();
-    const auto t0 = Clock::now();
-    sync.arrive_and_wait();
-    best = std::max(best, static_cast<double>(n) * 4 / seconds_since(t0) / 1e9);
-  }
-  for (auto& th : pool) th.join();
+  for (const auto& round : runs) best = std::max(best, detail::rate_over_span(round, static_cast<double>(n) * 4) / 1e9);
   return {best, n * 4, threads};
 }
 
-FmaPeakResult measure_fma_peak(int threads, double seconds) {
+FmaPeakResult measure_fma_peak(int threads, double seconds, int repeats) {
   threads = std::max(threads, 1);
   FmaPeakResult r;
   r.threads = threads;
@@ -134,28 +166,20 @@ FmaPeakResult measure_fma_peak(int threads, double seconds) {
     (void)s;
     const double dt = seconds_since(t0);
     if (dt > seconds / 8 || iters > (int64_t{1} << 40)) {
-      iters = static_cast<int64_t>(static_cast<double>(iters) * (seconds / std::max(dt, 1e-9)));
+      iters = std::max<int64_t>(1024, static_cast<int64_t>(static_cast<double>(iters) * (seconds / std::max(dt, 1e-9))));
       break;
     }
     iters *= 4;
   }
-  std::barrier sync(threads + 1);
   std::atomic<float> sink{0.0f};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      sync.arrive_and_wait();
-      sink.store(HWY_DYNAMIC_DISPATCH(FmaChains)(iters, 1.0f + static_cast<float>(t)), std::memory_order_relaxed);
-      sync.arrive_and_wait();
-    });
-  }
-  sync.arrive_and_wait();
-  const auto t0 = Clock::now();
-  sync.arrive_and_wait();
-  const double dt = seconds_since(t0);
-  for (auto& th : pool) th.join();
-  r.gflops = 2.0 * static_cast<double>(kFmasPerIter) * static_cast<double>(r.lanes) * static_cast<double>(iters) *
-             threads / dt / 1e9;
+  const auto runs = timed_rounds(
+      threads, std::max(repeats, 1), [](int) {},
+      [&](int t) {
+        sink.store(HWY_DYNAMIC_DISPATCH(FmaChains)(iters, 1.0f + static_cast<float>(t)), std::memory_order_relaxed);
+      });
+  const double flops = 2.0 * static_cast<double>(kFmasPerIter) * static_cast<double>(r.lanes) *
+                       static_cast<double>(iters) * threads;
+  for (const auto& round : runs) r.gflops = std::max(r.gflops, detail::rate_over_span(round, flops) / 1e9);
   return r;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace dsinfer::kernels {
@@ -26,8 +27,9 @@ struct FmaPeakResult {
   std::string target;
 };
 
-// Runs independent FMA chains in registers on `threads` threads for about `seconds`.
-FmaPeakResult measure_fma_peak(int threads, double seconds = 0.2);
+// Runs independent FMA chains in registers on `threads` threads for about `seconds`, `repeats` times;
+// returns the best rate.
+FmaPeakResult measure_fma_peak(int threads, double seconds = 0.2, int repeats = 3);
 
 // Both, for all hardware threads and for one, as one report.
 struct MachineLimits {
@@ -38,5 +40,25 @@ struct MachineLimits {
   std::string describe() const;       // several lines, for people
 };
 MachineLimits measure_machine_limits(int threads, int64_t bandwidth_bytes = int64_t{1} << 30);
+
+namespace detail {
+
+// One worker's timed run of a probe (seconds on a steady clock, read by the worker itself).
+struct TimedRun {
+  double begin = 0, end = 0;
+};
+
+// Work per second over the span that holds every run (earliest begin to latest end): runs that did not
+// overlap (a loaded machine ran the threads one after another) are not counted as parallel. 0 when
+// there is no run or the span is not positive. The probes time each worker this way because a start
+// time read by the coordinating thread after it released the workers can land after they ran, when a
+// loaded machine schedules that thread late: that gave a 75,826 GFLOP/s "peak" once.
+double rate_over_span(std::span<const TimedRun> runs, double total_work);
+
+// For tests: the coordinating thread waits until every worker has finished its timed run before it
+// goes on (the worst case of being scheduled late), so the probes must not depend on its timing.
+void set_probe_coordinator_late(bool late);
+
+}  // namespace detail
 
 }  // namespace dsinfer::kernels

@@ -5,8 +5,10 @@
 //               every FP8/FP4-weight product and its bf16 storage points. Comparable statistically only.
 //   kFast:      serving numerics: the routed experts' FP4 products take activations quantized to int8
 //               per block of 128 and run as exact integer dots (kernels/cpu/linear_int8.h); on a CPU
-//               with AVX-512 BF16 the BF16 output head takes bf16-rounded activations (vdpbf16ps,
-//               kernels/cpu/linear_bf16dot.h); everything else as kExact. Row-local, so chunk and batch invariance hold as in kExact.
+//               with AVX-512 BF16 the BF16 output head and every FP8 product (attention projections,
+//               shared experts, MTP projections) take bf16-rounded activations (vdpbf16ps,
+//               kernels/cpu/linear_bf16dot.h, linear_fp8bf16.h); everything else as kExact. Row-local,
+//               so chunk and batch invariance hold as in kExact.
 // kv_qdq = false switches the KV / indexer QDQ off (diagnostic; deep configs amplify tiny differences
 // through the FP8/FP4 rounding, so tight cross-implementation checks turn it off on both sides).
 #pragma once

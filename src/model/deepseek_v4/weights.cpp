@@ -3,6 +3,7 @@
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/linear_fp8bf16.h"
 
 namespace dsinfer::model::deepseek_v4 {
 namespace {
@@ -16,7 +17,9 @@ class Loader {
   kernels::Linear linear(const std::string& prefix, int64_t rows, int64_t cols) const {
     kernels::WeightView v = ckpt_.linear(prefix, rows, cols);
     if (v.name.empty()) v.name = prefix;  // so the kernels' own checks name the tensor
-    kernels::Linear l(v);
+    // --numerics fast on a CPU with AVX-512 BF16: FP8 weights as bf16 dot products (linear_fp8bf16.h).
+    const bool bf16_dot = s_.numerics.fast() && kernels::fp8bf16_hardware();
+    kernels::Linear l(v, bf16_dot ? kernels::Fp8Products::kBf16Dot : kernels::Fp8Products::kExact);
     // The Linear holds its own repacked copy: the mapped bytes leave memory now, so that no weight is
     // resident twice, not even during the load (the peak would be the checkpoint plus its copy).
     ckpt_.release(ckpt_.get(prefix + ".weight"));

@@ -89,7 +89,7 @@ DSINFER_FP8BF16_HW HWY_INLINE void DecodeQuad(const uint8_t* p, const DecodeTabl
 // decode serves MR rows, each broadcast of x NP panels), then one FMA per output into out [MR][NP][16]
 // (memory, leaving the registers to the chains and the decode).
 template <int MR, int NP>
-DSINFER_FP8BF16_HW void TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, const uint32_t* xp,
+DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, const uint32_t* xp,
                                const DecodeTables& t, float* out) {
   const uint8_t* panel[NP];
   for (int p = 0; p < NP; ++p) panel[p] = w.panel(p0 + p);
@@ -129,7 +129,7 @@ DSINFER_FP8BF16_HW void TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, co
 // blocks outer, tiles inner: a block of x (MR rows × 64 pairs) stays in L1 while every tile uses it.
 constexpr int kGroupPanels = 4;
 template <int MR>
-DSINFER_FP8BF16_HW void PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xp,
+DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xp,
                                  const DecodeTables& t, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
   constexpr int kMaxNp = MR >= 16 ? 1 : (MR >= 8 ? 2 : 4);
   alignas(64) float out[kGroupPanels * MR * 16];  // tile i: [MR][np][16] from its first panel's (p - q) * MR * 16
@@ -146,11 +146,11 @@ DSINFER_FP8BF16_HW void PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_en
     for (int i = 0; i < tiles; ++i) {
       float* o = out + (tile_q[i] - q) * MR * 16;
       if (tile_np[i] == 4) {
-        TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xp, t, o);
+        Fp8TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xp, t, o);
       } else if (tile_np[i] == 2) {
-        TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xp, t, o);
+        Fp8TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xp, t, o);
       } else {
-        TileHw<MR, 1>(w, tile_q[i], b, xp, t, o);
+        Fp8TileHw<MR, 1>(w, tile_q[i], b, xp, t, o);
       }
     }
   }
@@ -219,19 +219,19 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float
         const uint32_t* xm = xp + m * w.pairs;
         float* ym = y + m * ldy;
         if (left >= 16) {
-          PanelsHw<16>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<16>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 16;
         } else if (left >= 8) {
-          PanelsHw<8>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<8>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 8;
         } else if (left >= 4) {
-          PanelsHw<4>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<4>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 4;
         } else if (left >= 2) {
-          PanelsHw<2>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<2>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 2;
         } else {
-          PanelsHw<1>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<1>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
           m += 1;
         }
       }

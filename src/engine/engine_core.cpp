@@ -500,13 +500,10 @@ int64_t EngineCore::chunk_end(const Request& r, int64_t start, int64_t budget, b
     // Decoder replay: the chunk that ends the prompt holds more than K tokens, so it is the replay and
     // the state is the one-pass replay's whatever came before it (the encoder side is exact for any
     // chunking); a chunk before it ends K + 1 or more short of the prompt's end. The request publishes
-    // nothing, so no snapshot stop. (A recompute after preemption feeds what follows in chunks of K.)
+    // nothing, so no snapshot stop. (Chunks past the prompt, a recompute's, never replay: launch().)
     if (end >= R) return R;
     end = std::min(end, R - K - 1);
   } else {
-    // Past the replay, or no replay (a prompt of at most K, the exact tail after a prefix hit): chunks
-    // of at most K, which run every layer.
-    if (K > 0) end = std::min(end, start + K);
     if (cache_ && r.generated == 0) {
       // Stop on the prompt's snapshot boundary: a repeat of the prompt resumes exactly there.
       const int64_t checkpoint = (target - 1) / B * B;
@@ -826,7 +823,7 @@ void EngineCore::launch(StepPlan& p) {
       if (end <= e.start) continue;
       e.n_tokens = static_cast<int32_t>(end - e.start);
       e.samples = end == r.prefill_target() && r.generated == 0;
-      // Only the prompt replays (chunk_end keeps later chunks at K or below).
+      // Only the prompt replays: a chunk past it (a recompute after preemption) runs every layer.
       e.decoder_replay = r.decoder_replay && end <= r.prompt_len ? options_.decoder_replay_tokens : 0;
       e.tokens.assign(r.tokens.begin() + e.start, r.tokens.begin() + end);
       if (e.samples && r.spec.sampling.adjusts_logits()) e.context.assign(r.tokens.begin(), r.tokens.begin() + end);

@@ -118,8 +118,11 @@ class EngineV41 : public ::testing::Test {
   }
 
   // The model-level replay: the prompt in one pass with decoder replay of K, then the engine's own
-  // tokens fed one by one (teacher-forced); each must be the token drawn from the row before it.
-  static void expect_replayed_forward(const RequestSpec& spec, const std::vector<int32_t>& got, int64_t k) {
+  // tokens fed one by one (teacher-forced); each must be the token drawn from the row before it, and
+  // with top_logprobs the row's logprobs bitwise the engine's (a differently placed replay start
+  // changes the rows even where the tokens survive).
+  static void expect_replayed_forward(const RequestSpec& spec, const Outcome& out, int64_t k) {
+    const std::vector<int32_t>& got = out.tokens;
     v41::PrefillOptions opt;
     opt.decoder_replay_tokens = k;
     v41::Sequence seq(*ck_, map_, opt);
@@ -131,6 +134,16 @@ class EngineV41 : public ::testing::Test {
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_EQ(sample_token(logits, spec.sampling, stream, n + static_cast<int64_t>(i)), got[i])
           << "token " << i << " of a prompt of " << n;
+      if (spec.sampling.top_logprobs >= 0) {
+        ASSERT_EQ(out.logprobs.size(), got.size());
+        const TokenLogprobs want = token_logprobs(logits, got[i], spec.sampling.top_logprobs);
+        ASSERT_EQ(out.logprobs[i].logprob, want.logprob) << "token " << i << " of a prompt of " << n;
+        ASSERT_EQ(out.logprobs[i].top.size(), want.top.size());
+        for (size_t j = 0; j < want.top.size(); ++j) {
+          ASSERT_EQ(out.logprobs[i].top[j].token, want.top[j].token);
+          ASSERT_EQ(out.logprobs[i].top[j].logprob, want.top[j].logprob);
+        }
+      }
       if (i + 1 < got.size()) logits = seq.forward({got[i]}, 1);
     }
   }
@@ -449,7 +462,10 @@ class CountingConnector final : public KvConnector {
 TEST_F(EngineV41, DecoderReplayOutputsAreTheModelsReplayedForward) {
   std::mt19937 rng(21);
   std::vector<RequestSpec> specs;
-  for (int n : {150, 132, 40, 5}) specs.push_back(fixed_length_spec(prompt(rng, n), 12, n == 40 ? 0.8f : 0.0f, 3));
+  for (int n : {150, 132, 40, 5}) {
+    specs.push_back(fixed_length_spec(prompt(rng, n), 12, n == 40 ? 0.8f : 0.0f, 3));
+    specs.back().sampling.top_logprobs = 3;
+  }
   bool differs_from_exact = false;
   for (bool speculation : {false, true}) {
     EngineOptions o = replaying(kApproximate);
@@ -461,7 +477,7 @@ TEST_F(EngineV41, DecoderReplayOutputsAreTheModelsReplayedForward) {
     ASSERT_EQ(out.size(), specs.size());
     for (size_t i = 0; i < specs.size(); ++i) {
       ASSERT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
-      expect_replayed_forward(specs[i], out[i].tokens, kApproximate);
+      expect_replayed_forward(specs[i], out[i], kApproximate);
       differs_from_exact |= out[i].tokens != reference(specs[i]).tokens;
     }
     EXPECT_GE(engine->metrics().extra.at("decoder_replays_total"), 3);
@@ -502,7 +518,7 @@ TEST_F(EngineV41, DecoderReplayPublishesNoBlock) {
     EXPECT_EQ(again[0].tokens, first[0].tokens);
     const auto m = engine->metrics();
     if (k > 0) {
-      expect_replayed_forward(s, first[0].tokens, k);
+      expect_replayed_forward(s, first[0], k);
       EXPECT_EQ(m.extra.at("prefix_cache_blocks"), 0);
       EXPECT_EQ(store->saved.load(), 0);
       EXPECT_EQ(again[0].cached, 0);
@@ -538,6 +554,15 @@ TEST_F(EngineV41, DecoderReplayPublishesNoBlock) {
   EXPECT_EQ(tokens[0], reference(s).tokens[0]);
   EXPECT_EQ(engine->metrics().extra.at("decoder_replays_total"), 0);
   EXPECT_EQ(engine->metrics().extra.at("prefix_cache_blocks"), 2);
+  // Those blocks serve a replayed request, but its hit leaves K + 1 prompt tokens to feed: of a prompt of
+  // 260 not the snapshot at 256 (4 left) but block 0, resumed at 120 by the (exact) window replay; the
+  // prompt still ends in the one-pass replay.
+  RequestSpec shorter = fixed_length_spec(std::vector<int32_t>(s.prompt_ids.begin(), s.prompt_ids.begin() + 260), 6);
+  shorter.sampling.top_logprobs = 2;
+  const auto hit = run_all(*engine, {shorter});
+  ASSERT_EQ(hit.size(), 1u);
+  EXPECT_EQ(hit[0].cached, 120);
+  expect_replayed_forward(shorter, hit[0], kApproximate);
 }
 
 // Under a budget that preempts, a replayed request is recomputed (its prompt replayed again, its
@@ -545,7 +570,10 @@ TEST_F(EngineV41, DecoderReplayPublishesNoBlock) {
 TEST_F(EngineV41, DecoderReplayPreemptedRequestsFinishAsUninterrupted) {
   std::mt19937 rng(24);
   std::vector<RequestSpec> specs;
-  for (int i = 0; i < 3; ++i) specs.push_back(fixed_length_spec(prompt(rng, 100), 40, i == 1 ? 0.7f : 0.0f, 5));
+  for (int i = 0; i < 3; ++i) {
+    specs.push_back(fixed_length_spec(prompt(rng, 100), 40, i == 1 ? 0.7f : 0.0f, 5));
+    specs.back().sampling.top_logprobs = 2;
+  }
   const ModelInfo& info = runner()->info();
   EngineOptions o = replaying(kApproximate);
   o.kv_budget_bytes = info.sequence_bytes + 2 * info.block_bytes + info.snapshot_bytes + info.block_bytes;
@@ -554,7 +582,7 @@ TEST_F(EngineV41, DecoderReplayPreemptedRequestsFinishAsUninterrupted) {
   ASSERT_EQ(out.size(), specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSERT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
-    expect_replayed_forward(specs[i], out[i].tokens, kApproximate);
+    expect_replayed_forward(specs[i], out[i], kApproximate);
   }
   EXPECT_GT(engine->metrics().preempted_total, 0);
 }

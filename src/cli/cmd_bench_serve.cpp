@@ -186,6 +186,10 @@ int run_bench_serve(int argc, char** argv) {
   args.option("turns", "N", "turns of the trace", "4");
   // The engine flags of serve and generate that fit a benchmark which sets batch sizes itself.
   args.option("kv-budget-mib", "MIB", "KV memory budget of the engine", "8192");
+  args.option("decoder-replay", "K",
+              "decoder-side bounded replay of every run's prompts (V4.1 only; 0: off; serve's --decoder-replay): "
+              "measure the prefill rows with and without it",
+              "0");
   args.option("callback-us", "N", "CPU cost per token event in the second overlap run (a server's work)", "200");
   args.flag("speculation", "also measure decode with MTP speculation (acceptance rate)");
   args.flag("skip-prefill", "skip the prefill curve");
@@ -222,8 +226,12 @@ int run_bench_serve(int argc, char** argv) {
   EngineOptions base;
   base.kv_budget_bytes = args.get_mib_as_bytes("kv-budget-mib", 1, kMaxKvBudgetMib);
   base.max_running = 256;
+  base.decoder_replay_tokens = static_cast<int32_t>(args.get_int("decoder-replay", 0, kMaxDecoderReplay));
 
-  std::printf("dsinfer bench-serve: %s, %d cores\n\n", args.get("model").c_str(), cores);
+  std::printf("dsinfer bench-serve: %s, %d cores%s\n\n", args.get("model").c_str(), cores,
+              base.decoder_replay_tokens > 0
+                  ? core::str_cat(", decoder replay of ", base.decoder_replay_tokens, " tokens").c_str()
+                  : "");
 
   if (!args.has("skip-prefill")) {
     const int64_t len = args.get_int("prefill-len");

@@ -120,6 +120,7 @@ int run_generate(int argc, char** argv) {
   eo.max_batch_tokens = engine_flags.max_batch_tokens;
   eo.prefix_cache = engine_flags.prefix_cache;
   eo.swa_replay = engine_flags.swa_replay;
+  eo.decoder_replay_tokens = engine_flags.decoder_replay_tokens;
   eo.overlap_scheduling = !args.has("no-overlap");
   eo.speculation = engine_flags.speculation;
   eo.draft_tokens = engine_flags.draft_tokens;

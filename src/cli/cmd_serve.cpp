@@ -114,6 +114,11 @@ int run_serve(int argc, char** argv) {
   eopt.prefix_cache = engine_flags.prefix_cache;
   opt.share_prompt_kv = engine_flags.prefix_cache;  // n > 1 shares the prompt through the cache
   eopt.swa_replay = engine_flags.swa_replay;
+  eopt.decoder_replay_tokens = engine_flags.decoder_replay_tokens;
+  // A worker's requests export or import their state, which the engine keeps exact: the replay would
+  // never run there.
+  DSINFER_CHECK(!worker_role || eopt.decoder_replay_tokens == 0, "dsinfer serve: --decoder-replay is for --role ",
+                "colocated (a disaggregated worker's states are handed over, and a replayed state cannot be)");
   eopt.speculation = engine_flags.speculation;
   eopt.draft_tokens = engine_flags.draft_tokens;
   const KvStoreFlags kv_flags = read_kv_store_flags(args, server::dsinfer_home() + "/kvstore");

@@ -47,6 +47,12 @@ void add_engine_flags(Args& args, const EngineFlagDefaults& d) {
   args.flag("no-prefix-cache", "do not reuse KV blocks across requests");
   args.flag("no-swa-replay", "a cached prefix without a window snapshot is recomputed instead of resumed by SWA "
             "bounded replay (approximate): every answer is exactly a cold run's");
+  args.option("decoder-replay", "K",
+              "decoder-side bounded replay (DeepSeek-V4.1 only; 0: off): a prompt longer than K runs the decoder "
+              "layers only on its last K tokens, their windows truncated there (deepinfer-system.md 2.3; cheaper "
+              "prefill, approximate answers; exact once K reaches the decoder's reach). Such requests publish no "
+              "KV blocks to the prefix cache or the KV store; needs --max-batch-tokens above K",
+              "0");
   args.flag("speculation", "MTP speculative decoding (lossless)");
   args.option("draft-tokens", "N", "draft tokens per step with --speculation", "1");
 }
@@ -59,6 +65,7 @@ EngineFlags read_engine_flags(const Args& args) {
   f.max_queue = static_cast<int32_t>(args.get_int("max-queue", 1, kMaxQueue));
   f.prefix_cache = !args.has("no-prefix-cache");
   f.swa_replay = !args.has("no-swa-replay");
+  f.decoder_replay_tokens = static_cast<int32_t>(args.get_int("decoder-replay", 0, kMaxDecoderReplay));
   f.speculation = args.has("speculation");
   f.draft_tokens = static_cast<int32_t>(args.get_int("draft-tokens", 1, kMaxDraftTokens));
   return f;

@@ -2,7 +2,7 @@
 // spells, documents and bounds the same way:
 //   model:  --model DIR, --numerics exact|reference|fast, --no-kv-qdq, --threads N
 //   engine: --kv-budget-mib MIB, --max-batch-tokens N, --max-running N, --max-queue N, --no-prefix-cache,
-//           --no-swa-replay,
+//           --no-swa-replay, --decoder-replay K,
 //           --speculation, --draft-tokens N
 //   KV store (serve, generate): --kv-store DIR, --no-kv-store, --kv-store-bytes N, --kv-ttl SPEC,
 //           --swa-pool-bytes N, --swa-ttl D, --kv-gc-interval D
@@ -21,6 +21,7 @@
 namespace dsinfer::cli {
 
 // Bounds of the shared flags (far above any real use; low enough that nothing derived overflows).
+inline constexpr int64_t kMaxDecoderReplay = int64_t{1} << 20;
 inline constexpr int64_t kMaxThreads = 4096;
 inline constexpr int64_t kMaxKvBudgetMib = int64_t{1} << 24;  // 16 TiB
 inline constexpr int64_t kMaxBatchTokens = int64_t{1} << 20;
@@ -57,6 +58,7 @@ struct EngineFlags {
   int32_t max_queue = 0;
   bool prefix_cache = true;
   bool swa_replay = true;
+  int32_t decoder_replay_tokens = 0;
   bool speculation = false;
   int32_t draft_tokens = 1;
 };

@@ -199,6 +199,16 @@ struct EngineOptions {
   // A request waits at most this long for its blocks; what has not arrived by then is computed.
   int32_t kv_load_timeout_ms = 2000;
 
+  // Decoder-side bounded replay (the CED split, deepinfer-system.md §2.3; 0: off). A prompt longer than
+  // K runs the model's decoder layers only on its last K positions, their window attention truncated
+  // at the first of them: approximate, and refused by a model without an encoder/decoder split
+  // (ModelInfo::supports_decoder_replay). The prompt's last chunk is always that replay (more than K
+  // tokens; earlier chunks end at least K + 1 short of the prompt's end, a prefix hit leaves K + 1 to
+  // feed), so chunking, cache hits and a recompute after preemption all give the one-pass replay's
+  // tokens. A replayed request publishes nothing to the prefix cache or the KV store; requests that
+  // export or import their state (disaggregation) run exactly. Needs max_batch_tokens > K.
+  int32_t decoder_replay_tokens = 0;
+
   bool speculation = false;  // MTP drafting + one-step verification (lossless)
   int32_t draft_tokens = 1;  // drafts per step (k), at most the model's max_draft_tokens
 

@@ -84,6 +84,16 @@ EngineCore::EngineCore(std::shared_ptr<ModelRunner> model, const EngineOptions& 
                   "EngineOptions.draft_tokens must be in [1, ", info_.max_draft_tokens, "], got ",
                   options_.draft_tokens);
   }
+  if (options_.decoder_replay_tokens != 0) {
+    const int32_t K = options_.decoder_replay_tokens;
+    DSINFER_CHECK(K > 0, "EngineOptions.decoder_replay_tokens (--decoder-replay) must be >= 0, got ", K);
+    DSINFER_CHECK(info_.supports_decoder_replay,
+                  "decoder-side bounded replay (--decoder-replay) needs a model with an encoder/decoder split "
+                  "(DeepseekV41ForCausalLM); this model has none");
+    DSINFER_CHECK(options_.max_batch_tokens > K, "decoder-side bounded replay of ", K,
+                  " tokens needs max_batch_tokens (--max-batch-tokens) above it: the chunk that ends a prompt holds ",
+                  "at least ", int64_t{K} + 1, " tokens, got ", options_.max_batch_tokens);
+  }
   model_->prepare(options_.speculation, options_.batch_invariant);
   if (options_.prefix_cache) {
     const int64_t cap = options_.prefix_cache_bytes < 0
@@ -185,6 +195,9 @@ void EngineCore::add(std::unique_ptr<Request>&& request) {
   }
   r.prompt_len = static_cast<int64_t>(r.tokens.size()) - r.generated;
   prompt_tokens_total_ += r.prompt_len;
+  // A state that leaves the engine, or came from one, is exact: the decoder replay's is not exportable,
+  // and an imported request recomputed after a preemption must continue the state it was given.
+  r.decoder_replay = options_.decoder_replay_tokens > 0 && !r.spec.export_state && !r.spec.imported_state;
   if (connector_) {
     try {
       start_load(r);
@@ -479,12 +492,23 @@ int32_t EngineCore::draft_count(const Request& r, int64_t fed) const {
 
 int64_t EngineCore::chunk_end(const Request& r, int64_t start, int64_t budget, bool alone) const {
   const int64_t target = r.prefill_target();
-  const int64_t end = std::min(target, start + budget);
+  int64_t end = std::min(target, start + budget);
   const int64_t B = info_.block_tokens;
-  if (cache_ && r.generated == 0) {
-    // Stop on the prompt's snapshot boundary: a repeat of the prompt resumes exactly there.
-    const int64_t checkpoint = (target - 1) / B * B;
-    if (start < checkpoint && end > checkpoint) return checkpoint;
+  const int64_t K = r.decoder_replay ? options_.decoder_replay_tokens : 0;
+  const int64_t R = r.prompt_len;
+  if (K > 0 && start < R - K) {
+    // Decoder replay: the chunk that ends the prompt holds more than K tokens, so it is the replay and
+    // the state is the one-pass replay's whatever came before it (the encoder side is exact for any
+    // chunking); a chunk before it ends K + 1 or more short of the prompt's end. The request publishes
+    // nothing, so no snapshot stop. (Chunks past the prompt, a recompute's, never replay: launch().)
+    if (end >= R) return R;
+    end = std::min(end, R - K - 1);
+  } else {
+    if (cache_ && r.generated == 0) {
+      // Stop on the prompt's snapshot boundary: a repeat of the prompt resumes exactly there.
+      const int64_t checkpoint = (target - 1) / B * B;
+      if (start < checkpoint && end > checkpoint) return checkpoint;
+    }
   }
   if (end == target) return end;
   if (options_.batch_invariant) {
@@ -523,8 +547,11 @@ std::optional<Admission> EngineCore::try_admit(Request& r, int64_t budget, bool 
     a.match = cache_->match(std::span<const int32_t>(r.tokens.data(), target), target / B);
     const int64_t matched = static_cast<int64_t>(a.match.nodes.size());
     // Exact resume: the deepest snapshot that still leaves a token to feed (admission starts with a
-    // prefill chunk; it also yields the logits of the first token).
-    const int64_t limit = target - 1;
+    // prefill chunk; it also yields the logits of the first token). With decoder replay, K + 1 of the
+    // prompt's tokens: its last chunk is the replay, whatever the cache held (chunk_end).
+    int64_t limit = target - 1;
+    const int64_t K = r.decoder_replay ? options_.decoder_replay_tokens : 0;
+    if (K > 0 && r.prompt_len > K) limit = std::min(limit, r.prompt_len - K - 1);
     int64_t exact_blocks = 0;
     for (int64_t b = matched; b >= 1; --b) {
       if (a.match.snapshots[b - 1] && b * B <= limit) {
@@ -538,6 +565,9 @@ std::optional<Admission> EngineCore::try_admit(Request& r, int64_t budget, bool 
     if (options_.swa_replay && info_.supports_replay && r.generated == 0) {
       const int64_t cap = target - (info_.window + (options_.speculation ? options_.draft_tokens : 0));
       replay_blocks = std::min(matched, std::max<int64_t>(cap, 0) / B);
+      while (replay_blocks > 0 && replay_blocks * B - std::min<int64_t>(info_.window, replay_blocks * B) > limit) {
+        --replay_blocks;
+      }
     }
     const int64_t exact_saved = exact_blocks * B;
     const int64_t replay_saved = replay_blocks * B - std::min<int64_t>(info_.window, replay_blocks * B);
@@ -793,6 +823,8 @@ void EngineCore::launch(StepPlan& p) {
       if (end <= e.start) continue;
       e.n_tokens = static_cast<int32_t>(end - e.start);
       e.samples = end == r.prefill_target() && r.generated == 0;
+      // Only the prompt replays: a chunk past it (a recompute after preemption) runs every layer.
+      e.decoder_replay = r.decoder_replay && end <= r.prompt_len ? options_.decoder_replay_tokens : 0;
       e.tokens.assign(r.tokens.begin() + e.start, r.tokens.begin() + end);
       if (e.samples && r.spec.sampling.adjusts_logits()) e.context.assign(r.tokens.begin(), r.tokens.begin() + end);
     } else {
@@ -880,6 +912,7 @@ void EngineCore::execute(StepPlan& p) {
     item.seq = e.req->seq.get();
     item.tokens = e.tokens;
     item.logit_rows = e.samples ? (e.prefill ? 1 : 1 + e.drafts) : 0;
+    item.decoder_replay_tokens = e.decoder_replay;
     if (item.logit_rows > 0) row_of[i] = rows;
     rows += item.logit_rows;
     items.push_back(item);
@@ -1068,6 +1101,11 @@ void EngineCore::apply_entry(StepEntry& e) {
   r.fed = e.start + e.n_tokens;
   if (e.prefill) {
     prefill_tokens_total_ += e.n_tokens;
+    // The model replayed this chunk: the sequence's blocks are approximate from here on.
+    if (e.decoder_replay > 0 && e.n_tokens > e.decoder_replay) {
+      r.decoder_replayed = true;
+      ++decoder_replays_;
+    }
   } else {
     decode_tokens_total_ += e.n_tokens;
     draft_total_ += e.drafts;
@@ -1108,7 +1146,9 @@ void EngineCore::apply_entry(StepEntry& e) {
 // ---- prefix cache publication -------------------------------------------------------------------
 
 void EngineCore::publish(Request& r) {
-  if (!cache_ || r.publish_stopped || !r.seq) return;
+  // After a decoder replay the model exports nothing (its blocks are approximate): neither the prefix
+  // cache nor the KV store may take them for exact.
+  if (!cache_ || r.publish_stopped || r.decoder_replayed || !r.seq) return;
   const int64_t B = info_.block_tokens;
   // A stop token fed as an accepted draft is not part of the sequence: publish only what is.
   const int64_t complete = std::min<int64_t>(r.fed, static_cast<int64_t>(r.tokens.size())) / B;
@@ -1306,6 +1346,7 @@ EngineMetrics EngineCore::metrics() const {
   m.extra["kv_bytes_sequences"] = static_cast<double>(held_total_);
   m.extra["prefix_cache_exact_hits_total"] = static_cast<double>(exact_hits_);
   m.extra["prefix_cache_replay_hits_total"] = static_cast<double>(replay_hits_);
+  m.extra["decoder_replays_total"] = static_cast<double>(decoder_replays_);
   if (cache_) {
     m.extra["prefix_cache_bytes"] = static_cast<double>(cache_->bytes());
     m.extra["prefix_cache_blocks"] = static_cast<double>(cache_->nodes());

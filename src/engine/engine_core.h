@@ -35,6 +35,7 @@ struct StepEntry {
   int64_t start = 0;     // position of the first token fed
   int32_t n_tokens = 0;  // chunk length, or 1 + drafts for a decode/verify entry
   int32_t drafts = 0;
+  int32_t decoder_replay = 0;  // ForwardItem::decoder_replay_tokens: K on the request's prompt chunks
   bool samples = false;  // a new token is drawn after this entry
   std::vector<int32_t> tokens;
   std::vector<int32_t> result;  // drawn tokens (accepted drafts + one)
@@ -193,6 +194,7 @@ class EngineCore {
   int64_t preempted_total_ = 0, prompt_tokens_total_ = 0, cached_tokens_total_ = 0;
   int64_t generated_total_ = 0, steps_total_ = 0, draft_total_ = 0, accepted_total_ = 0;
   int64_t prefill_tokens_total_ = 0, decode_tokens_total_ = 0, replay_hits_ = 0, exact_hits_ = 0;
+  int64_t decoder_replays_ = 0;  // prompt chunks the model ran with decoder-side bounded replay
   int64_t finished_total_ = 0, last_batch_tokens_ = 0;
   double step_seconds_ = 0, forward_seconds_ = 0, sample_seconds_ = 0, draft_seconds_ = 0;
   double gap_seconds_ = 0, ttft_seconds_total_ = 0;

@@ -29,6 +29,7 @@ struct ModelInfo {
   int64_t snapshot_bytes = 0;     // bound on one window-state snapshot at a block-aligned position
   int32_t max_draft_tokens = 0;   // longest draft verify supports (0: no drafter); also the rollback depth
   bool supports_replay = false;   // SWA bounded replay (forward with a window floor)
+  bool supports_decoder_replay = false;  // ForwardItem::decoder_replay_tokens (an encoder/decoder split)
 };
 
 // Model-owned state of one sequence: window rings, compressor tails, its compressed blocks.
@@ -59,6 +60,10 @@ struct ForwardItem {
   SequenceState* seq = nullptr;
   std::span<const int32_t> tokens;  // fed at positions seq->length() .. +tokens.size()
   int32_t logit_rows = 1;           // logits for the last `logit_rows` tokens (0: none)
+  // Decoder-side bounded replay (supports_decoder_replay; 0: off): with more than K tokens the decoder
+  // layers run only on the last K of them, their windows truncated at the first. Approximate: the
+  // sequence's blocks and state can no longer be exported, nor rolled back to or below that position.
+  int32_t decoder_replay_tokens = 0;
 };
 
 // One sequence's share of a drafting pass: `last_token` is the sampled token not yet fed (at position

@@ -45,6 +45,10 @@ struct Request {
   int64_t cached_tokens = 0;     // prompt tokens not computed thanks to the cache (first admission)
   bool cache_counted = false;
   bool replayed = false;         // resumed by bounded replay: its blocks only approximate cached twins
+  // Decoder-side bounded replay (EngineOptions::decoder_replay_tokens): the request's prompt is fed
+  // with it (not when it exports or imports its state); a replay ran, so nothing more is published.
+  bool decoder_replay = false;
+  bool decoder_replayed = false;
 
   // KV connector load (state kLoading): blocks load_from .. of the prompt, keyed load_keys[load_from ..].
   std::vector<uint64_t> load_keys;  // chain hashes of the prompt's full blocks (all of them)

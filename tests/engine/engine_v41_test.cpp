@@ -10,7 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <numeric>
 #include <random>
 
@@ -19,6 +23,7 @@
 #include "engine/deepseek_v41/v41_runner.h"
 #include "engine/deepseek_v41/v41_state_codec.h"
 #include "engine/engine.h"
+#include "engine/kv_connector.h"
 #include "engine/sampler.h"
 #include "engine_model_tests.h"
 #include "engine_test_util.h"
@@ -101,6 +106,55 @@ class EngineV41 : public ::testing::Test {
     EXPECT_GE(i.block_bytes, per_block);
     EXPECT_LT(i.block_bytes, per_block + 1024);
     EXPECT_EQ(v41::state_range_bytes(ck_->config(), 128), per_block);
+  }
+
+  // Below the decoder's reach of the test config (2 decoder layers x (window 8 - 1) + 1 = 15).
+  static constexpr int32_t kApproximate = 6;
+
+  static EngineOptions replaying(int32_t k) {
+    EngineOptions o;
+    o.decoder_replay_tokens = k;
+    return o;
+  }
+
+  // The model-level replay: the prompt in one pass with decoder replay of K, then the engine's own
+  // tokens fed one by one (teacher-forced); each must be the token drawn from the row before it, and
+  // with top_logprobs the row's logprobs bitwise the engine's (a differently placed replay start
+  // changes the rows even where the tokens survive).
+  static void expect_replayed_forward(const RequestSpec& spec, const Outcome& out, int64_t k) {
+    const std::vector<int32_t>& got = out.tokens;
+    v41::PrefillOptions opt;
+    opt.decoder_replay_tokens = k;
+    v41::Sequence seq(*ck_, map_, opt);
+    std::vector<float> logits = seq.forward(spec.prompt_ids, 1);
+    const int64_t n = static_cast<int64_t>(spec.prompt_ids.size());
+    EXPECT_EQ(seq.decoder_replay_start(), n > k ? n - k : -1);
+    ASSERT_EQ(got.size(), static_cast<size_t>(spec.max_tokens));
+    TokenStream stream(spec.sampling.seed, spec.sampling.stream_key);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(sample_token(logits, spec.sampling, stream, n + static_cast<int64_t>(i)), got[i])
+          << "token " << i << " of a prompt of " << n;
+      if (spec.sampling.top_logprobs >= 0) {
+        ASSERT_EQ(out.logprobs.size(), got.size());
+        const TokenLogprobs want = token_logprobs(logits, got[i], spec.sampling.top_logprobs);
+        ASSERT_EQ(out.logprobs[i].logprob, want.logprob) << "token " << i << " of a prompt of " << n;
+        ASSERT_EQ(out.logprobs[i].top.size(), want.top.size());
+        for (size_t j = 0; j < want.top.size(); ++j) {
+          ASSERT_EQ(out.logprobs[i].top[j].token, want.top[j].token);
+          ASSERT_EQ(out.logprobs[i].top[j].logprob, want.top[j].logprob);
+        }
+      }
+      if (i + 1 < got.size()) logits = seq.forward({got[i]}, 1);
+    }
+  }
+
+  static std::string error_of(const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
   }
 
   static const EngineModelCases& cases() {
@@ -384,6 +438,164 @@ TEST_F(EngineV41, SequenceBytesContinueExactly) {
   auto bad = bytes;
   bad.back() ^= 1;
   EXPECT_THROW(runner()->import_sequence(bad), core::Error);
+}
+
+// ---- Decoder-side bounded replay in the engine (EngineOptions::decoder_replay_tokens) ----------
+
+// Counts the blocks the engine saves; every load is a miss.
+class CountingConnector final : public KvConnector {
+ public:
+  void save_block(const KvBlockName&, std::vector<uint8_t>, const std::string&) override { ++saved; }
+  void load(std::vector<KvBlockName> blocks, KvLoadCallback done) override {
+    for (size_t i = 0; i < blocks.size(); ++i) done(i, false, {});
+  }
+  void save_snapshot(uint64_t, std::shared_ptr<const WindowSnapshot>) override {}
+  std::shared_ptr<const WindowSnapshot> find_snapshot(uint64_t) override { return nullptr; }
+  std::atomic<int64_t> saved{0};
+};
+
+
+// Prompts fed in chunks by a small step budget (150: 64 + 64 + the replay of 22; 132: the replay must
+// start at 125, not at the cache's snapshot stop 128, which would leave 4 tokens), in one chunk (40), or
+// shorter than K (5, exact), greedy and sampled, with and without speculation (its rollbacks stay
+// above the replay start): each request's tokens are the model-level replayed forward's.
+TEST_F(EngineV41, DecoderReplayOutputsAreTheModelsReplayedForward) {
+  std::mt19937 rng(21);
+  std::vector<RequestSpec> specs;
+  for (int n : {150, 132, 40, 5}) {
+    specs.push_back(fixed_length_spec(prompt(rng, n), 12, n == 40 ? 0.8f : 0.0f, 3));
+    specs.back().sampling.top_logprobs = 3;
+  }
+  bool differs_from_exact = false;
+  for (bool speculation : {false, true}) {
+    EngineOptions o = replaying(kApproximate);
+    o.max_batch_tokens = 64;
+    o.speculation = speculation;
+    o.draft_tokens = 3;
+    auto engine = make_engine(runner(), o);
+    const auto out = run_all(*engine, specs);
+    ASSERT_EQ(out.size(), specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      ASSERT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
+      expect_replayed_forward(specs[i], out[i], kApproximate);
+      differs_from_exact |= out[i].tokens != reference(specs[i]).tokens;
+    }
+    EXPECT_GE(engine->metrics().extra.at("decoder_replays_total"), 3);
+    EXPECT_EQ(engine->metrics().extra.at("prefix_cache_blocks"), 0);
+  }
+  EXPECT_TRUE(differs_from_exact) << "K = 6 is below the decoder's reach: some output should differ from exact";
+}
+
+// K at the decoder's reach: the replayed rows are the exact ones, so the outputs are the exact engine's.
+TEST_F(EngineV41, DecoderReplayCoveringTheDecodersReachIsExact) {
+  std::mt19937 rng(22);
+  std::vector<RequestSpec> specs;
+  for (int n : {150, 40}) specs.push_back(fixed_length_spec(prompt(rng, n), 10));
+  EngineOptions o = replaying(15);
+  o.max_batch_tokens = 64;
+  auto engine = make_engine(runner(), o);
+  const auto out = run_all(*engine, specs);
+  ASSERT_EQ(out.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) EXPECT_EQ(out[i].tokens, reference(specs[i]).tokens) << i;
+  EXPECT_GE(engine->metrics().extra.at("decoder_replays_total"), 2);
+}
+
+// A replayed request publishes no block to the prefix cache or the KV store (a repeat finds nothing);
+// the same engine without the option publishes both blocks, and a request that exports its state
+// (a disaggregated prefill) runs exactly under the option, so it publishes and exports.
+TEST_F(EngineV41, DecoderReplayPublishesNoBlock) {
+  std::mt19937 rng(23);
+  const RequestSpec s = fixed_length_spec(prompt(rng, 300), 3);
+  for (int32_t k : {kApproximate, 0}) {
+    auto store = std::make_shared<CountingConnector>();
+    EngineOptions o = replaying(k);
+    o.kv_connector = store;
+    auto engine = make_engine(runner(), o);
+    const auto first = run_all(*engine, {s});
+    ASSERT_EQ(first.size(), 1u);
+    const auto again = run_all(*engine, {s});
+    ASSERT_EQ(again.size(), 1u);
+    EXPECT_EQ(again[0].tokens, first[0].tokens);
+    const auto m = engine->metrics();
+    if (k > 0) {
+      expect_replayed_forward(s, first[0], k);
+      EXPECT_EQ(m.extra.at("prefix_cache_blocks"), 0);
+      EXPECT_EQ(store->saved.load(), 0);
+      EXPECT_EQ(again[0].cached, 0);
+    } else {
+      EXPECT_EQ(m.extra.at("prefix_cache_blocks"), 2);
+      EXPECT_EQ(store->saved.load(), 2);
+      EXPECT_EQ(again[0].cached, 256);
+    }
+  }
+  auto engine = make_engine(runner(), replaying(kApproximate));
+  RequestSpec e = s;
+  e.export_state = true;
+  std::mutex mu;
+  std::condition_variable cv;
+  TokenEvent last;
+  std::vector<int32_t> tokens;
+  bool done = false;
+  ASSERT_EQ(engine->submit(e, [&](const TokenEvent& ev) {
+                  std::lock_guard<std::mutex> lock(mu);
+                  tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+                  if (ev.finish == FinishReason::kNone) return;
+                  last = ev;
+                  done = true;
+                  cv.notify_all();
+                }).status,
+            SubmitStatus::kAccepted);
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  EXPECT_EQ(last.finish, FinishReason::kLength) << last.error;
+  ASSERT_NE(last.exported_state, nullptr);
+  EXPECT_FALSE(last.exported_state->empty());
+  ASSERT_EQ(tokens.size(), 1u);
+  EXPECT_EQ(tokens[0], reference(s).tokens[0]);
+  EXPECT_EQ(engine->metrics().extra.at("decoder_replays_total"), 0);
+  EXPECT_EQ(engine->metrics().extra.at("prefix_cache_blocks"), 2);
+  // Those blocks serve a replayed request, but its hit leaves K + 1 prompt tokens to feed: of a prompt of
+  // 260 not the snapshot at 256 (4 left) but block 0, resumed at 120 by the (exact) window replay; the
+  // prompt still ends in the one-pass replay.
+  RequestSpec shorter = fixed_length_spec(std::vector<int32_t>(s.prompt_ids.begin(), s.prompt_ids.begin() + 260), 6);
+  shorter.sampling.top_logprobs = 2;
+  const auto hit = run_all(*engine, {shorter});
+  ASSERT_EQ(hit.size(), 1u);
+  EXPECT_EQ(hit[0].cached, 120);
+  expect_replayed_forward(shorter, hit[0], kApproximate);
+}
+
+// Under a budget that preempts, a replayed request is recomputed (its prompt replayed again, its
+// output fed in chunks of at most K) and goes on as if never interrupted.
+TEST_F(EngineV41, DecoderReplayPreemptedRequestsFinishAsUninterrupted) {
+  std::mt19937 rng(24);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 3; ++i) {
+    specs.push_back(fixed_length_spec(prompt(rng, 100), 40, i == 1 ? 0.7f : 0.0f, 5));
+    specs.back().sampling.top_logprobs = 2;
+  }
+  const ModelInfo& info = runner()->info();
+  EngineOptions o = replaying(kApproximate);
+  o.kv_budget_bytes = info.sequence_bytes + 2 * info.block_bytes + info.snapshot_bytes + info.block_bytes;
+  auto engine = make_engine(runner(), o);
+  const auto out = run_all(*engine, specs);
+  ASSERT_EQ(out.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_EQ(out[i].finish, FinishReason::kLength) << out[i].error;
+    expect_replayed_forward(specs[i], out[i], kApproximate);
+  }
+  EXPECT_GT(engine->metrics().preempted_total, 0);
+}
+
+// What cannot be combined is refused when the engine is made, saying why.
+TEST_F(EngineV41, DecoderReplayRefusesWhatCannotReplay) {
+  EXPECT_TRUE(runner()->info().supports_decoder_replay);
+  EngineOptions o = replaying(64);
+  o.max_batch_tokens = 64;  // the replayed chunk holds K + 1 tokens or more
+  std::string msg = error_of([&] { make_engine(runner(), o); });
+  EXPECT_NE(msg.find("max_batch_tokens"), std::string::npos) << msg;
+  msg = error_of([&] { make_engine(runner(), replaying(-1)); });
+  EXPECT_NE(msg.find("must be >= 0"), std::string::npos) << msg;
 }
 
 }  // namespace

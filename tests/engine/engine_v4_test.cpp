@@ -221,6 +221,19 @@ TEST_F(EngineV4, BoundedReplayStaysWithinTolerance) {
   EXPECT_GT(num, 0.0) << "replay was expected to be approximate";
 }
 
+// Decoder-side bounded replay needs V4.1's encoder/decoder split: a V4 engine refuses it when made.
+TEST_F(EngineV4, DecoderReplayIsRefused) {
+  EXPECT_FALSE(runner()->info().supports_decoder_replay);
+  EngineOptions o;
+  o.decoder_replay_tokens = 140;
+  try {
+    make_engine(runner(), o);
+    ADD_FAILURE() << "a V4 engine took decoder replay";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("encoder/decoder split"), std::string::npos) << e.what();
+  }
+}
+
 // One runner, two engines at the same time, one drafting and one not (bench-serve shares a model the
 // same way): the second engine's prepare() must not switch the drafter off under the first, and their
 // forwards must not share scratch state. Both produce the plain loop's tokens.

@@ -74,6 +74,12 @@ class V41Runner final : public ModelRunner {
     // One DSpark round drafts up to its block size (the greedy Markov chain of §2.12).
     info_.max_draft_tokens = c.dspark && c.n_mtp_layers > 0 ? static_cast<int32_t>(c.dspark->block_size) : 0;
     info_.supports_replay = true;  // and exact (attach)
+    try {
+      (void)v41::decoder_first_layer(c);
+      info_.supports_decoder_replay = true;
+    } catch (const core::Error&) {
+      info_.supports_decoder_replay = false;  // no CED encoder/decoder split in this config
+    }
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -90,19 +96,43 @@ class V41Runner final : public ModelRunner {
     std::vector<v41::Sequence*> seqs;
     std::vector<std::vector<int32_t>> ids;
     std::vector<int64_t> rows;
+    std::vector<size_t> batched, replayed;  // indices into seqs: one pass together, or alone
     for (size_t i = 0; i < items.size(); ++i) {
       const ForwardItem& it = items[i];
       const int64_t n = static_cast<int64_t>(it.tokens.size());
       DSINFER_CHECK(it.logit_rows >= 0 && it.logit_rows <= n, "forward: item ", i, " asks for ", it.logit_rows,
                     " logit rows of ", n, " tokens");
+      const int64_t K = it.decoder_replay_tokens;
+      DSINFER_CHECK(K >= 0 && (K == 0 || info_.supports_decoder_replay), "forward: item ", i,
+                    " asks for a decoder replay of ", K, " tokens, which this model ",
+                    info_.supports_decoder_replay ? "cannot take" : "has no encoder/decoder split for");
       if (n == 0) continue;
+      // A chunk the replay shortens runs alone (its rows leave the batch at the first decoder layer).
+      const bool replays = K > 0 && n > K;
+      seq(*it.seq).set_decoder_replay_tokens(replays ? K : 0);
+      (replays ? replayed : batched).push_back(seqs.size());
       seqs.push_back(&seq(*it.seq));
       ids.emplace_back(it.tokens.begin(), it.tokens.end());
       rows.push_back(it.logit_rows);
     }
     if (seqs.empty()) return;
-    // One pass through the layers for all items (each weight read once per step).
-    const std::vector<std::vector<float>> out = v41::Sequence::forward_batch(seqs, ids, rows);
+    std::vector<std::vector<float>> out(seqs.size());
+    auto run = [&](const std::vector<size_t>& which) {
+      if (which.empty()) return;
+      std::vector<v41::Sequence*> s;
+      std::vector<std::vector<int32_t>> x;
+      std::vector<int64_t> r;
+      for (size_t k : which) {
+        s.push_back(seqs[k]);
+        x.push_back(std::move(ids[k]));
+        r.push_back(rows[k]);
+      }
+      std::vector<std::vector<float>> o = v41::Sequence::forward_batch(s, x, r);
+      for (size_t j = 0; j < which.size(); ++j) out[which[j]] = std::move(o[j]);
+    };
+    // One pass through the layers for all other items (each weight read once per step).
+    run(batched);
+    for (size_t k : replayed) run({k});
     for (size_t i = 0; i < out.size(); ++i) {
       DSINFER_CHECK(static_cast<int64_t>(out[i].size()) == rows[i] * info_.vocab_size, "forward: the model returned ",
                     out[i].size(), " logits");

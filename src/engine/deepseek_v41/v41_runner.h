@@ -25,6 +25,9 @@
 // committed position, anchored on the pending token: the greedy Markov chain gives up to block_size
 // (5) drafts, so max_draft_tokens = block_size (0 for a config without DSpark stages). The taps the
 // round reads are part of the state, so resumed and imported sequences draft alike.
+// Decoder-side bounded replay (ForwardItem::decoder_replay_tokens, supports_decoder_replay when the
+// config has the CED split): the chunk it shortens runs alone, every other item in the batched pass;
+// the model then refuses to export the sequence (the engine publishes nothing of it).
 #pragma once
 
 #include <memory>

@@ -306,6 +306,13 @@ class Prefill {
 
   int64_t replay_start() const { return replayed_ ? decoder_from_ : -1; }
 
+  // Sequence::set_decoder_replay_tokens: the engine decides per chunk.
+  void set_replay_tokens(int64_t k) {
+    DSINFER_CHECK(k >= 0, "V4.1 prefill: decoder replay of ", k, " tokens");
+    if (k > 0 && decoder_ < 0) decoder_ = decoder_first_layer(c_);
+    opt_.decoder_replay_tokens = k;
+  }
+
   int64_t length() const { return static_cast<int64_t>(ids_.size()); }
 
   StoredKv stored() const {
@@ -1360,6 +1367,7 @@ std::vector<float> Sequence::dspark_draft0(std::vector<float>* confidence) {
 DsparkKv Sequence::dspark_stored_kv() const { return state_->p.dspark_stored_kv(); }
 StoredKv Sequence::stored_kv() const { return state_->p.stored(); }
 int64_t Sequence::decoder_replay_start() const { return state_->p.replay_start(); }
+void Sequence::set_decoder_replay_tokens(int64_t k) { state_->p.set_replay_tokens(k); }
 std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count, std::vector<float>* confidence) {
   return state_->p.dspark_round(anchor, count, confidence);
 }

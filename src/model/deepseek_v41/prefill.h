@@ -109,6 +109,10 @@ class Sequence {
   // when none ran: the decoder windows of positions before s were never computed (zero in stored_kv())
   // and the state is approximate, so it is never exported as exact.
   int64_t decoder_replay_start() const;
+  // PrefillOptions::decoder_replay_tokens from the next forward on (0: off), so that a caller (the engine
+  // adapter) decides per chunk which one replays; a sequence made with 0 takes a K > 0 too (the config
+  // must have the encoder/decoder split, decoder_first_layer).
+  void set_decoder_replay_tokens(int64_t k);
   // One DSpark draft round (§2.12) after the last position fed, anchored on the token that follows it
   // (not fed): the greedy drafts o_1 .. o_count (count <= dspark block size) for the positions after
   // the anchor. o_1 is the argmax of the teacher-forced draft 0 at that position. The state is unchanged.

@@ -135,6 +135,29 @@ TEST(DecoderReplayV41, AChunkedPromptEndingInAReplayGivesTheOnePassRows) {
   }
 }
 
+// The engine adapter decides per chunk (Sequence::set_decoder_replay_tokens): a sequence made without
+// the option, given K for the prompt and 0 afterwards, is bitwise the one made with K.
+TEST(DecoderReplayV41, SetPerChunkIsTheOption) {
+  TempDir dir;
+  auto ck = small_v41_checkpoint(dir, 3);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  const std::vector<int32_t> ids = v41_prompt(40);
+  const Outcome want = run(*ck, map, ids, replay(6));
+  Sequence seq(*ck, &map, {});
+  seq.set_decoder_replay_tokens(6);
+  EXPECT_EQ(seq.forward(ids, 1), want.last);
+  EXPECT_EQ(seq.decoder_replay_start(), 34);
+  seq.set_decoder_replay_tokens(0);
+  std::vector<float> decoded;
+  for (int32_t id : {17, 300, 5}) {
+    const std::vector<float> row = seq.forward({id});
+    decoded.insert(decoded.end(), row.begin(), row.end());
+  }
+  EXPECT_EQ(decoded, want.decoded);
+  EXPECT_NE(testing::error_of([&] { seq.set_decoder_replay_tokens(-1); }).find("decoder replay of -1"),
+            std::string::npos);
+}
+
 TEST(DecoderReplayV41, TheApproximateStateIsNeverExported) {
   TempDir dir;
   auto ck = small_v41_checkpoint(dir, 3);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -132,6 +133,45 @@ class ForcedConstraint final : public engine::TokenConstraint {
   size_t at_ = 0;
 };
 
+// Times another constraint's fill_mask: log[stream] gets each fill's seconds, in order (one fill per
+// step while nothing drafts, so a stream's k-th fill is its k-th decode step's mask).
+class TimedConstraint final : public engine::TokenConstraint {
+ public:
+  TimedConstraint(std::shared_ptr<engine::TokenConstraint> inner, std::vector<double>* log)
+      : inner_(std::move(inner)), log_(log) {}
+  void fill_mask(std::span<uint32_t> words) override {
+    const auto t0 = Clock::now();
+    inner_->fill_mask(words);
+    log_->push_back(since(t0, Clock::now()));
+  }
+  bool accept(int32_t token) override { return inner_->accept(token); }
+  void rollback(int32_t n) override { inner_->rollback(n); }
+  const engine::TokenConstraint& inner() const { return *inner_; }
+
+ private:
+  std::shared_ptr<engine::TokenConstraint> inner_;
+  std::vector<double>* log_;
+};
+
+// The q-quantile (nearest rank) of `v`; 0 when empty.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// Per step, the mask time of all streams together (the k-th fills summed): what one mask thread
+// has to do beside the k-th forward.
+std::vector<double> mask_seconds_per_step(const std::deque<std::vector<double>>& fills) {
+  std::vector<double> steps;
+  for (const auto& stream : fills) {
+    if (steps.size() < stream.size()) steps.resize(stream.size(), 0.0);
+    for (size_t k = 0; k < stream.size(); ++k) steps[k] += stream[k];
+  }
+  return steps;
+}
+
 std::vector<int32_t> random_ids(std::mt19937& rng, int64_t n, int32_t vocab) {
   std::vector<int32_t> v(n);
   for (auto& x : v) x = 2 + static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab - 2));
@@ -200,6 +240,11 @@ int run_bench_serve(int argc, char** argv) {
               "also measure structured output: decode at each --concurrency without a constraint and with this "
               "JSON Schema (greedy; mask overlap on and off), interleaved; needs tokenizer.json in --model");
   args.option("schema-rounds", "N", "interleaved rounds of the --schema comparison", "3");
+  args.option("schema-cache", "cold|warm",
+              "--schema: cold = each schema run compiles the schema afresh (an empty token-mask cache, as a "
+              "server's first request of a schema); warm = one compiled grammar for the whole process, warmed "
+              "by an unmeasured run of each round's prompts first (a server's known schema)",
+              "cold");
   if (!args.parse(argc, argv)) return args.exit_code();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured, also into a file
 #ifndef DSINFER_ENGINE_HAVE_V4
@@ -379,7 +424,14 @@ int run_bench_serve(int argc, char** argv) {
     const std::string tok_path = (std::filesystem::path(model_flags.dir) / "tokenizer.json").string();
     DSINFER_CHECK(std::filesystem::is_regular_file(tok_path), "bench-serve: --schema needs ", tok_path);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_file(tok_path);
-    server::StructuredOutput structured(tok, model->info().eos_token_id);
+    const std::string cache_mode = args.get("schema-cache");
+    DSINFER_CHECK(cache_mode == "cold" || cache_mode == "warm", "bench-serve: --schema-cache is cold or warm, not ",
+                  cache_mode);
+    const bool cold = cache_mode == "cold";
+    // The compiled grammar (and with it the token-mask cache) lives in a StructuredOutput: cold runs
+    // get a new one each (its vocabulary trie, 0.2 s, is built before the run's clock starts).
+    auto shared_structured = std::make_unique<server::StructuredOutput>(tok, model->info().eos_token_id);
+    std::unique_ptr<server::StructuredOutput> run_structured;
     recipe::OutputConstraintRequest request;
     request.kind = recipe::OutputConstraintRequest::Kind::kJsonSchema;
     {
@@ -387,33 +439,60 @@ int run_bench_serve(int argc, char** argv) {
       DSINFER_CHECK(in.good(), "bench-serve: cannot read --schema ", *schema_path);
       request.source = nlohmann::ordered_json::parse(in).dump();
     }
-    std::vector<std::shared_ptr<engine::TokenConstraint>> made;
-    const ConstraintMaker make = [&](size_t) {
-      made.push_back(structured.constraint_for(request, false));
+    std::vector<std::shared_ptr<TimedConstraint>> made;
+    std::deque<std::vector<double>> fills;  // per stream of the run: each mask's seconds (stable addresses)
+    const ConstraintMaker make = [&](size_t i) {
+      if (i == 0) {
+        made.clear();
+        fills.clear();
+        if (cold) run_structured = std::make_unique<server::StructuredOutput>(tok, model->info().eos_token_id);
+      }
+      if (fills.size() <= i) fills.resize(i + 1);
+      server::StructuredOutput& structured = cold ? *run_structured : *shared_structured;
+      made.push_back(std::make_shared<TimedConstraint>(structured.constraint_for(request, false), &fills[i]));
       return made.back();
     };
-    std::printf("structured output (decode, greedy, %s; total tok/s in interleaved rounds, same prompts in a "
-                "row; ratios to 'forced' = the schema run's tokens at no mask cost; 'JSON tokens' = mean tokens "
-                "before the JSON was complete)\n%6s %6s %10s %10s %14s %12s %9s %9s %7s\n",
-                schema_path->c_str(), "round", "conc", "free", "forced", "schema overlap", "schema after",
-                "overlap", "after", "JSON");
+    std::printf("structured output (decode, greedy, %s, %s mask cache; total tok/s in interleaved rounds, same "
+                "prompts in a row; ratios to 'forced' = the schema run's tokens at no mask cost; 'JSON' = mean "
+                "tokens before the JSON was complete; per schema run (o = overlap, a = after the forward): mask "
+                "ms per step for all streams, median / p99, and the forward's wait for masks, ms per step)\n"
+                "%6s %5s %8s %8s %8s %8s %7s %7s %6s %17s %17s %7s %7s\n",
+                schema_path->c_str(), cache_mode.c_str(), "round", "conc", "free", "forced", "overlap", "after",
+                "o/f", "a/f", "JSON", "o mask med/p99", "a mask med/p99", "o wait", "a wait");
     std::ofstream csv(out_dir + "/structured.csv");
-    csv << "round,concurrency,free_tokens_per_s,forced_tokens_per_s,schema_overlap_tokens_per_s,"
-           "schema_after_tokens_per_s,json_tokens\n";
+    csv << "round,concurrency,cache,free_tokens_per_s,forced_tokens_per_s,schema_overlap_tokens_per_s,"
+           "schema_after_tokens_per_s,json_tokens,overlap_mask_ms_median,overlap_mask_ms_p99,after_mask_ms_median,"
+           "after_mask_ms_p99,overlap_wait_ms_per_step,after_wait_ms_per_step\n";
+    struct MaskTimes {
+      double median_ms = 0, p99_ms = 0, wait_ms = 0;
+    };
+    auto mask_times = [&](const DecodeResult& r) {
+      const std::vector<double> steps = mask_seconds_per_step(fills);
+      MaskTimes t;
+      t.median_ms = 1000.0 * quantile(steps, 0.5);
+      t.p99_ms = 1000.0 * quantile(steps, 0.99);
+      t.wait_ms = per_step_ms(r.metrics, "mask_wait_seconds_total");
+      return t;
+    };
+    // The first run at a concurrency in a process is slower whatever it does (first use of its
+    // buffers): one unconstrained run each, unmeasured, so that round 1's first column does not pay it.
+    for (int64_t c : parse_list(args.get("concurrency"))) decode_run(c, true, false);
     for (int64_t round = 1; round <= args.get_int("schema-rounds"); ++round) {
       for (int64_t c : parse_list(args.get("concurrency"))) {
         std::vector<std::vector<int32_t>> prompts;
         for (int64_t i = 0; i < c; ++i) prompts.push_back(random_ids(rng, args.get_int("decode-prompt"), vocab));
-        made.clear();
+        if (!cold) decode_run(c, true, false, 0, make, false, &prompts);  // warms the shared grammar's cache
         const DecodeResult overlapped = decode_run(c, true, false, 0, make, true, &prompts);
+        const MaskTimes o_masks = mask_times(overlapped);
         // What a constraint accepted before end of text is the JSON (the grammar allows nothing else).
         double json_tokens = 0;
         for (const auto& m : made) {
-          const auto* g = dynamic_cast<const server::GrammarConstraint*>(m.get());
+          const auto* g = dynamic_cast<const server::GrammarConstraint*>(&m->inner());
           if (g != nullptr) json_tokens += static_cast<double>(g->matcher().tokens_before_end());
         }
         json_tokens /= static_cast<double>(std::max<size_t>(1, made.size()));
         const DecodeResult after = decode_run(c, true, false, 0, make, false, &prompts);
+        const MaskTimes a_masks = mask_times(after);
         const int32_t eos = model->info().eos_token_id;
         const DecodeResult forced = decode_run(c, true, false, 0, [&](size_t i) {
           return std::make_shared<ForcedConstraint>(overlapped.ids.at(i), eos);
@@ -422,11 +501,17 @@ int run_bench_serve(int argc, char** argv) {
           std::fprintf(stderr, "bench-serve: warning: the schema runs and the forced run produced different tokens\n");
         }
         const DecodeResult unconstrained = decode_run(c, true, false, 0, nullptr, true, &prompts);
-        std::printf("%6lld %6lld %10.2f %10.2f %14.2f %12.2f %9.3f %9.3f %7.1f\n", static_cast<long long>(round),
-                    static_cast<long long>(c), unconstrained.total, forced.total, overlapped.total, after.total,
-                    overlapped.total / forced.total, after.total / forced.total, json_tokens);
-        csv << round << "," << c << "," << unconstrained.total << "," << forced.total << "," << overlapped.total << ","
-            << after.total << "," << json_tokens << "\n";
+        char o_cell[32], a_cell[32];
+        std::snprintf(o_cell, sizeof o_cell, "%.2f / %.2f", o_masks.median_ms, o_masks.p99_ms);
+        std::snprintf(a_cell, sizeof a_cell, "%.2f / %.2f", a_masks.median_ms, a_masks.p99_ms);
+        std::printf("%6lld %5lld %8.2f %8.2f %8.2f %8.2f %7.3f %7.3f %6.1f %17s %17s %7.2f %7.2f\n",
+                    static_cast<long long>(round), static_cast<long long>(c), unconstrained.total, forced.total,
+                    overlapped.total, after.total, overlapped.total / forced.total, after.total / forced.total,
+                    json_tokens, o_cell, a_cell, o_masks.wait_ms, a_masks.wait_ms);
+        csv << round << "," << c << "," << cache_mode << "," << unconstrained.total << "," << forced.total << ","
+            << overlapped.total << "," << after.total << "," << json_tokens << "," << o_masks.median_ms << ","
+            << o_masks.p99_ms << "," << a_masks.median_ms << "," << a_masks.p99_ms << "," << o_masks.wait_ms << ","
+            << a_masks.wait_ms << "\n";
       }
     }
     std::printf("\n");

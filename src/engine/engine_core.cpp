@@ -23,6 +23,7 @@ struct EntryMasks {
   int32_t rows = 0, drafts = 0;
   std::exception_ptr error;
   std::atomic<int> state{0};  // 0 free, 1 being filled, 2 filled
+  Clock::time_point begin, end;  // of the fill (metrics: mask time, and how long sampling waited for it)
 };
 
 void fill_masks(const StepEntry& e, int64_t logit_rows, size_t row_words, EntryMasks& m) {
@@ -44,7 +45,9 @@ void fill_masks(const StepEntry& e, int64_t logit_rows, size_t row_words, EntryM
 void claim_masks(const StepEntry& e, int64_t logit_rows, size_t row_words, EntryMasks& m, bool wait) {
   int expected = 0;
   if (m.state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    m.begin = Clock::now();
     fill_masks(e, logit_rows, row_words, m);
+    m.end = Clock::now();
     m.state.store(2, std::memory_order_release);
     m.state.notify_all();
     return;
@@ -1020,6 +1023,18 @@ void EngineCore::execute(StepPlan& p) {
     }
   });
   auto t3 = Clock::now();
+  // Mask metrics: the fills' time, and how long past the forward the last mask came (what the overlap
+  // did not hide; without it, the whole mask time).
+  if (constrained) {
+    Clock::time_point last = t2;
+    for (const EntryMasks& m : masks) {
+      if (m.state.load(std::memory_order_acquire) != 2) continue;
+      p.mask_seconds += std::chrono::duration<double>(m.end - m.begin).count();
+      last = std::max(last, m.end);
+    }
+    p.mask_wait_seconds = std::chrono::duration<double>(last - t2).count();
+    p.masked = true;
+  }
   p.draft_seconds = std::chrono::duration<double>(t1 - t0).count();
   p.forward_seconds = std::chrono::duration<double>(t2 - t1).count();
   p.sample_seconds = std::chrono::duration<double>(t3 - t2).count();
@@ -1083,6 +1098,9 @@ void EngineCore::apply(StepPlan& p) {
   forward_seconds_ += p.forward_seconds;
   sample_seconds_ += p.sample_seconds;
   draft_seconds_ += p.draft_seconds;
+  mask_seconds_ += p.mask_seconds;
+  mask_wait_seconds_ += p.mask_wait_seconds;
+  mask_steps_ += p.masked ? 1 : 0;
   for (StepEntry& e : p.entries) {
     e.req->inflight_end = -1;
     try {
@@ -1341,6 +1359,9 @@ EngineMetrics EngineCore::metrics() const {
   m.extra["sample_seconds_total"] = sample_seconds_;
   m.extra["draft_seconds_total"] = draft_seconds_;
   m.extra["schedule_gap_seconds_total"] = gap_seconds_;
+  m.extra["mask_seconds_total"] = mask_seconds_;
+  m.extra["mask_wait_seconds_total"] = mask_wait_seconds_;
+  m.extra["mask_steps_total"] = static_cast<double>(mask_steps_);
   m.extra["ttft_seconds_total"] = ttft_seconds_total_;
   m.extra["ttft_count"] = static_cast<double>(ttft_count_);
   m.extra["kv_bytes_sequences"] = static_cast<double>(held_total_);

@@ -63,6 +63,10 @@ struct StepPlan {
   std::vector<Request*> failures;  // alone and still out of KV memory
   int64_t tokens = 0;
   double draft_seconds = 0, forward_seconds = 0, sample_seconds = 0;
+  // Structured output: the masks' fill time (summed over entries) and how long after the forward the
+  // last one was ready; `masked`: the step had constrained entries.
+  double mask_seconds = 0, mask_wait_seconds = 0;
+  bool masked = false;
   bool launched = false;  // launch() completed; a later plan may already have marked its own victims
   bool empty() const { return entries.empty() && admissions.empty() && preemptions.empty() && failures.empty(); }
 };
@@ -199,6 +203,8 @@ class EngineCore {
   double step_seconds_ = 0, forward_seconds_ = 0, sample_seconds_ = 0, draft_seconds_ = 0;
   double gap_seconds_ = 0, ttft_seconds_total_ = 0;
   int64_t ttft_count_ = 0;
+  double mask_seconds_ = 0, mask_wait_seconds_ = 0;
+  int64_t mask_steps_ = 0;
   int64_t kv_loads_ = 0, kv_blocks_asked_ = 0, kv_blocks_hit_ = 0, kv_blocks_imported_ = 0, kv_load_timeouts_ = 0;
   int64_t kv_blocks_saved_ = 0, kv_save_failures_ = 0, kv_pool_snapshots_used_ = 0;
   mutable int64_t kv_metrics_failures_ = 0;  // metrics() runs on the engine thread only

@@ -309,7 +309,7 @@ class SchemaCompiler {
         }
         if (!source.empty() && !(node.contains("minLength") || node.contains("maxLength"))) {
           try {
-            alts.push_back(compile_regex(source, [lt](std::vector<CodeRange> ranges, bool negated) {
+            alts.push_back(compile_regex(source, [](std::vector<CodeRange> ranges, bool negated) {
               // The class without '<'.
               std::vector<CodeRange> set = normalize_code_ranges(std::move(ranges), negated), cut;
               for (const CodeRange& r : set) {

@@ -299,24 +299,43 @@ class KernelWalk {
 std::shared_ptr<const MaskCache::Entry> MaskCache::entry(const std::shared_ptr<const Grammar>& g,
                                                          const std::shared_ptr<const Vocabulary>& vocab,
                                                          uint64_t key) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto v = by_vocab_.find(vocab.get());
-    if (v != by_vocab_.end()) {
-      auto e = v->second.entries.find(key);
-      if (e != v->second.entries.end()) {
-        ++stats_.hits;
-        return e->second;
-      }
-    }
-  }
-  auto made = std::make_shared<const Entry>(KernelWalk(*this, g, *vocab, key).run());
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.walks;
+  std::unique_lock<std::mutex> lock(mu_);
   PerVocabulary& v = by_vocab_[vocab.get()];
   if (!v.vocab) v.vocab = vocab;
-  auto e = v.entries.find(key);
-  if (e != v.entries.end()) return e->second;
+  bool waited = false;
+  while (true) {
+    auto e = v.entries.find(key);
+    if (e != v.entries.end()) {
+      ++(waited ? stats_.waits : stats_.hits);
+      return e->second;
+    }
+    if (!v.walking.contains(key)) break;
+    // Another thread walks it: its result comes soon (or, should its walk fail or the entries be
+    // dropped for the memory bound meanwhile, this thread walks it itself).
+    walked_.wait(lock);
+    waited = true;
+  }
+  v.walking.insert(key);
+  // Ends the walk under the lock (taken again after the walk, also when it throws), whatever happens.
+  struct Done {
+    MaskCache& cache;
+    PerVocabulary& v;
+    uint64_t key;
+    ~Done() {
+      v.walking.erase(key);
+      cache.walked_.notify_all();
+    }
+  } done{*this, v, key};
+  std::shared_ptr<const Entry> made;
+  {
+    lock.unlock();
+    struct Relock {
+      std::unique_lock<std::mutex>& lock;
+      ~Relock() { lock.lock(); }
+    } relock{lock};
+    made = std::make_shared<const Entry>(KernelWalk(*this, g, *vocab, key).run());
+  }
+  ++stats_.walks;
   if (v.bytes + made->bytes() > kMaxBytesPerVocabulary) {
     v.entries.clear();
     v.bytes = 0;

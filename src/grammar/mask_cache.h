@@ -13,11 +13,13 @@
 // its kernel items' accepted tokens and the real walk under their roots: bit for bit the full walk.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -44,8 +46,9 @@ class MaskCache {
   static uint64_t item_key(uint32_t prod, uint32_t dot) { return (uint64_t{prod} << 32) | dot; }
   static constexpr uint64_t kStartKey = ~uint64_t{0};
 
-  // The entry of `key` for this grammar over `vocab`: cached, or walked now (outside the lock; two
-  // threads may walk the same entry once each, the first stored wins). Thread-safe.
+  // The entry of `key` for this grammar over `vocab`: cached, or walked now (outside the lock). A
+  // thread that needs an entry another thread is walking waits for that walk instead of walking it
+  // again (16 streams of one schema meet a new item in the same step). Thread-safe.
   std::shared_ptr<const Entry> entry(const std::shared_ptr<const Grammar>& g,
                                      const std::shared_ptr<const Vocabulary>& vocab, uint64_t key);
 
@@ -53,6 +56,7 @@ class MaskCache {
   static constexpr size_t kMaxBytesPerVocabulary = size_t{8} << 20;
   struct Stats {
     size_t entries = 0, bytes = 0, walks = 0, hits = 0;
+    size_t waits = 0;  // lookups that waited for another thread's walk of the same entry
   };
   Stats stats() const;
 
@@ -69,9 +73,11 @@ class MaskCache {
   struct PerVocabulary {
     std::shared_ptr<const Vocabulary> vocab;  // held so that the pointer key is never reused
     std::unordered_map<uint64_t, std::shared_ptr<const Entry>> entries;
+    std::unordered_set<uint64_t> walking;  // keys a thread is walking now
     size_t bytes = 0;
   };
   mutable std::mutex mu_;
+  std::condition_variable walked_;  // a walk ended (stored, or failed)
   std::unordered_map<const Vocabulary*, PerVocabulary> by_vocab_;
   Stats stats_;
 };

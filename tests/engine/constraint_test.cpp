@@ -195,6 +195,32 @@ TEST(Constraint, MasksAreFilledWhileTheForwardRuns) {
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(forwards, 13);  // the prompt, then one per token (the 12th samples end of text)
   EXPECT_EQ(overlapped, forwards);
+  // One constrained step per forward. (The wait is not asserted here: a forward is let go once its
+  // mask's fill has begun, so the fill may end a little after it.)
+  const EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.extra.at("mask_steps_total"), 13.0);
+  EXPECT_GT(m.extra.at("mask_seconds_total"), 0.0);
+  EXPECT_GE(m.extra.at("mask_wait_seconds_total"), 0.0);
+}
+
+// Without the overlap each step's mask is filled after its forward: the wait is the masks' time.
+TEST(Constraint, MaskMetricsWithoutTheOverlapCountTheWait) {
+  ToyConfig cfg;
+  RequestSpec s;
+  s.prompt_ids = {5, 9, 14, 20};
+  s.max_tokens = 30;
+  s.constraint = std::make_shared<ModuloConstraint>(cfg.vocab, cfg.eos, 6);
+  EngineOptions o;
+  o.swa_replay = false;
+  o.overlap_masks = false;
+  auto engine = make_engine(std::make_shared<ToyModel>(cfg), o);
+  auto out = run_all(*engine, {s});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].finish, FinishReason::kStop) << out[0].error;
+  const EngineMetrics m = engine->metrics();
+  EXPECT_EQ(m.extra.at("mask_steps_total"), 7.0);  // the prompt, then 6 tokens (the 6th samples end of text)
+  EXPECT_GT(m.extra.at("mask_wait_seconds_total"), 0.0);
+  EXPECT_GE(m.extra.at("mask_wait_seconds_total"), m.extra.at("mask_seconds_total"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // comparison over tests/grammar/schema_corpus.mjs and the completeness corpus.)
 #include <gtest/gtest.h>
 
+#include <latch>
 #include <thread>
 
 #include "grammar/ebnf.h"
@@ -127,6 +128,37 @@ TEST(MaskCache, ConcurrentRequestsShareTheCache) {
   }
   for (auto& th : threads) th.join();
   for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(MaskCache, ThreadsMeetingANewItemAtOnceWalkItOnce) {
+  // Four requests of one schema (a fresh grammar) start together and write the same text, as 16
+  // streams of one schema reach a new string together: each entry is walked by one thread, the
+  // others wait for its result (before, each walked it: the string's walk takes the whole vocabulary).
+  auto g = std::make_shared<const Grammar>(json_schema_grammar(Json::parse(kSchemas[0])));
+  const std::vector<int32_t> ids = v4().encode_plain(R"g({"name":"Ada Lovelace","age":36})g");
+  auto vocab = v4_vocab();
+  std::latch start(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < errors.size(); ++t) {
+    threads.emplace_back([&, t] {
+      TokenMatcher m(g, vocab);
+      TokenMask mask((vocab->size() + 31) / 32);
+      start.arrive_and_wait();
+      for (int32_t id : ids) {
+        m.fill_mask(mask);
+        if (!mask_allows(mask, id) || !m.accept_token(id)) {
+          errors[t] = "token " + std::to_string(id) + " refused";
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  const MaskCache::Stats s = g->mask_cache->stats();
+  EXPECT_GT(s.entries, 3u);
+  EXPECT_EQ(s.walks, s.entries);
 }
 
 }  // namespace

@@ -61,11 +61,27 @@ if [ $# -gt 0 ]; then
   "$@"
   exit
 fi
+# ctest -j starts the tests (after the fixture setups) longest first by the durations it recorded in
+# the build folder's Testing/Temporary/CTestCostData.txt. A fresh copy has none, so ctest would start
+# them in definition order and a long test defined last (the e2e tests) could run alone at the end
+# while the other core idles. tests/ctest_costs/PRESET.txt seeds that file with the seconds of a CI run
+# (same format: name, runs, seconds; "---" ends it); a test missing there starts after the listed ones,
+# as before. To refresh after a full run: copy build/PRESET/Testing/Temporary/CTestCostData.txt there.
+seed_costs() {
+  local data="build/$1/Testing/Temporary/CTestCostData.txt"
+  if [ ! -e "$data" ] && [ -f "tests/ctest_costs/$1.txt" ]; then
+    mkdir -p "$(dirname "$data")"
+    cp "tests/ctest_costs/$1.txt" "$data"
+  fi
+}
+
 scripts/setup.sh
 scripts/build.sh release
 scripts/tokenizers.sh
+seed_costs release
 ctest --preset release -j "$(nproc)"
 scripts/build.sh asan dsinfer_unit_tests
+seed_costs asan
 ctest --preset asan -j "$(nproc)"
 scripts/build.sh tsan dsinfer_tsan_tests
 ctest --preset tsan -j "$(nproc)"

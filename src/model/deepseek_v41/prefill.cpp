@@ -35,46 +35,21 @@ struct Lin {
 class Weights {
  public:
   Weights(const Checkpoint& ck, bool double_accumulation)
-      : ck_(ck), block_(ck.config().weight_block), double_(double_accumulation) {}
+      : ck_(ck), double_(double_accumulation) {}
 
-  // A linear weight as kernels::Linear takes it. BF16, F32 and FP4 (1x32 scales, as in V4) go as
-  // stored; FP8 with V4.1's 32x32 scale blocks is decoded, since the kernels' FP8 path reads 128x128
-  // blocks: to BF16 (E4M3 x a power of two fits bf16's 8 bits of precision: exact, half the bytes of
-  // fp32), or to fp32 should a value not fit (a scale below bf16's normal range). The buffers must
-  // outlive the Linear's construction.
-  kernels::WeightView view(const std::string& prefix, std::vector<uint16_t>& bf16, Vec& decoded) const {
+  // A linear weight as kernels::Linear takes it, as stored: BF16, F32, FP4 (1x32 scales, as in V4) and
+  // FP8 with V4.1's 32x32 scale blocks (the view carries the block; the packed FP8 products take it).
+  kernels::WeightView view(const std::string& prefix) const {
     const TensorView& t = ck_.get(prefix + ".weight");
     const int64_t rows = t.shape.at(0);
     switch (t.dtype) {
       case DType::kBF16:
       case DType::kF32:
+      case DType::kF8E4M3:
         return ck_.linear(prefix, rows, t.shape.at(1));
       case DType::kI8:
       case DType::kU8:
         return ck_.linear(prefix, rows, t.shape.at(1) * 2);
-      case DType::kF8E4M3: {
-        const int64_t cols = t.shape.at(1);
-        const TensorView& s = ck_.get(prefix + ".scale");
-        const int64_t scols = (cols + block_ - 1) / block_;
-        decoded.resize(static_cast<size_t>(rows * cols));
-        bf16.resize(decoded.size());
-        bool exact = true;
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < cols; ++c) {
-            const float x = core::fp8_e4m3_to_float(t.data[r * cols + c]) * scale(s, (r / block_) * scols + c / block_);
-            decoded[r * cols + c] = x;
-            bf16[r * cols + c] = core::float_to_bf16(x);
-            exact = exact && core::bf16_to_float(bf16[r * cols + c]) == x;
-          }
-        }
-        kernels::WeightView v;
-        v.format = exact ? kernels::WeightFormat::kBF16 : kernels::WeightFormat::kF32;
-        v.rows = rows;
-        v.cols = cols;
-        v.data = exact ? static_cast<const void*>(bf16.data()) : decoded.data();
-        v.name = prefix;
-        return v;
-      }
       default:
         core::fail("V4.1 prefill: weight '", t.name, "' has an unsupported dtype");
     }
@@ -133,9 +108,7 @@ class Weights {
     const std::string key = core::str_cat(prefix, "#", begin, ":", end);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    std::vector<uint16_t> bf16;
-    Vec decoded;
-    kernels::WeightView v = view(prefix, bf16, decoded);
+    kernels::WeightView v = view(prefix);
     if (end >= 0) v = kernels::slice_rows(v, begin, end);
     Lin l;
     l.rows = v.rows;
@@ -152,7 +125,6 @@ class Weights {
   }
 
   const Checkpoint& ck_;
-  int64_t block_;
   bool double_;
   mutable std::map<std::string, Lin> cache_;
 };

@@ -24,10 +24,10 @@ struct Int8Call {
 };
 
 // The experts spread over the threads, each product on one thread (its result does not depend on it).
-void run_int8(const std::vector<Int8Call>& calls, core::ThreadPool* pool) {
+void run_int8(const std::vector<Int8Call>& calls, int64_t block, core::ThreadPool* pool) {
   pool->run(static_cast<int64_t>(calls.size()), [&](int64_t t, int) {
     const Int8Call& c = calls[t];
-    c.linear->forward_quantized(c.q, c.ldq, c.xs, c.lds, c.M, kFastActBlock, c.y, c.ldy, nullptr);
+    c.linear->forward_quantized(c.q, c.ldq, c.xs, c.lds, c.M, block, c.y, c.ldy, nullptr);
   });
 }
 
@@ -96,7 +96,8 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
 
   // ---- --numerics fast: the routed rows quantized to int8 once for all their experts ----
   const bool fast = num.fast();
-  const int64_t bd = kernels::int8_block_count(d, kFastActBlock), bi = kernels::int8_block_count(I, kFastActBlock);
+  const int64_t act_block = num.act_block;
+  const int64_t bd = kernels::int8_block_count(d, act_block), bi = kernels::int8_block_count(I, act_block);
   // Kept across calls (no allocation per token); the lambdas below use the pointers, since a
   // thread_local named inside them would be the executing thread's own.
   thread_local std::vector<int8_t> q_in_buf, q_h_buf;
@@ -113,7 +114,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
     q_h = q_h_buf.data();
     s_h = s_h_buf.data();
     ctx.pool->parallel_for(P, 16, [&](int64_t b, int64_t e) {
-      kernels::quantize_int8_blocks(xg + b * d, e - b, d, d, kFastActBlock, q_in + b * d, d, s_in + b * bd, bd);
+      kernels::quantize_int8_blocks(xg + b * d, e - b, d, d, act_block, q_in + b * d, d, s_in + b * bd, bd);
     });
   }
   std::vector<Int8Call> int8_calls;
@@ -141,7 +142,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   }
   calls.push_back({&w.shared.w1, x_in, N, d, sg, Is});
   calls.push_back({&w.shared.w3, x_in, N, d, su, Is});
-  run_int8(int8_calls, ctx.pool);
+  run_int8(int8_calls, act_block, ctx.pool);
   kernels::linear_forward_many(calls, ctx.pool);
 
   // ---- clamped SwiGLU, route weight applied before the down projection ----
@@ -158,7 +159,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
       num.bf16(hj, width);
       num.act_quant(hj, width);
       if (fast && !shared) {
-        kernels::quantize_int8_blocks(hj, 1, I, I, kFastActBlock, q_h + j * I, I, s_h + j * bi, bi);
+        kernels::quantize_int8_blocks(hj, 1, I, I, act_block, q_h + j * I, I, s_h + j * bi, bi);
       }
     }
   });
@@ -179,7 +180,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
     calls.push_back({&w.experts[e].w2, h + start[e] * I, n, I, og + start[e] * d, d});
   }
   calls.push_back({&w.shared.w2, sh, N, Is, so, d});
-  run_int8(int8_calls, ctx.pool);
+  run_int8(int8_calls, act_block, ctx.pool);
   kernels::linear_forward_many(calls, ctx.pool);
 
   // ---- per row: routed outputs in ascending expert id (ties by slot), then the shared expert ----

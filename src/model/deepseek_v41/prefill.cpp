@@ -16,6 +16,7 @@
 #include "kernels/cpu/vec.h"
 #include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/state_range.h"
+#include "model/layers/mhc.h"
 
 namespace dsinfer::model::deepseek_v41 {
 namespace {
@@ -683,7 +684,7 @@ class Prefill {
     replayed_ = true;
   }
 
-  // §2.3 HCMix of the current streams.
+  // §2.3 HCMix of the current streams (the coefficients and Sinkhorn shared with V4: model/layers/mhc.h).
   Mix hc_mix(const std::string& prefix) const {
     const Vec fn = w_.vec(prefix + "_fn"), base = w_.vec(prefix + "_base"), sc = w_.vec(prefix + "_scale");
     const int64_t mixes = (2 + hc_) * hc_, n = hc_ * d_;
@@ -693,43 +694,13 @@ class Prefill {
     m.post.resize(static_cast<size_t>(T_ * hc_));
     m.comb.resize(static_cast<size_t>(T_ * hc_ * hc_));
     pool_.parallel_for(T_, 1, [&](int64_t tb, int64_t te) {
-      std::vector<double> mix(static_cast<size_t>(mixes)), cb(static_cast<size_t>(hc_ * hc_));
+      std::vector<double> mix(static_cast<size_t>(mixes));
       for (int64_t t = tb; t < te; ++t) {
         const float* v = X_.data() + t * n;
         const double rho = 1.0 / std::sqrt(dot(v, v, n) / n + eps);
         for (int64_t k = 0; k < mixes; ++k) mix[k] = dot(v, fn.data() + k * n, n) * rho;
-        for (int64_t j = 0; j < hc_; ++j) {
-          m.pre[t * hc_ + j] = sigmoid(mix[j] * sc[0] + base[j]) + hc_eps;
-          m.post[t * hc_ + j] = 2 * sigmoid(mix[hc_ + j] * sc[1] + base[hc_ + j]);
-        }
-        for (int64_t k = 0; k < hc_ * hc_; ++k) cb[k] = mix[2 * hc_ + k] * sc[2] + base[2 * hc_ + k];
-        // Sinkhorn (V4 §2.3.1): row softmax + eps, column normalisation, then iters-1 x (row, column).
-        for (int64_t a = 0; a < hc_; ++a) {
-          double mx = -INFINITY, s = 0;
-          for (int64_t b = 0; b < hc_; ++b) mx = std::max(mx, cb[a * hc_ + b]);
-          for (int64_t b = 0; b < hc_; ++b) s += std::exp(cb[a * hc_ + b] - mx);
-          for (int64_t b = 0; b < hc_; ++b) cb[a * hc_ + b] = std::exp(cb[a * hc_ + b] - mx) / s + hc_eps;
-        }
-        auto cols = [&] {
-          for (int64_t b = 0; b < hc_; ++b) {
-            double s = 0;
-            for (int64_t a = 0; a < hc_; ++a) s += cb[a * hc_ + b];
-            for (int64_t a = 0; a < hc_; ++a) cb[a * hc_ + b] /= s + hc_eps;
-          }
-        };
-        auto rows = [&] {
-          for (int64_t a = 0; a < hc_; ++a) {
-            double s = 0;
-            for (int64_t b = 0; b < hc_; ++b) s += cb[a * hc_ + b];
-            for (int64_t b = 0; b < hc_; ++b) cb[a * hc_ + b] /= s + hc_eps;
-          }
-        };
-        cols();
-        for (int64_t it = 1; it < c_.hc_sinkhorn_iters; ++it) {
-          rows();
-          cols();
-        }
-        std::copy(cb.begin(), cb.end(), m.comb.begin() + t * hc_ * hc_);
+        layers::hc_coefficients(mix.data(), sc.data(), base.data(), hc_, c_.hc_sinkhorn_iters, hc_eps,
+                                m.pre.data() + t * hc_, m.post.data() + t * hc_, m.comb.data() + t * hc_ * hc_);
       }
     });
     return m;

@@ -7,6 +7,7 @@
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/topk.h"
+#include "model/layers/router.h"
 
 namespace dsinfer::model::deepseek_v4 {
 namespace {
@@ -32,7 +33,6 @@ void run_int8(const std::vector<Int8Call>& calls, int64_t block, core::ThreadPoo
 }
 
 }  // namespace
-float sqrt_softplus(float x) { return std::sqrt(std::max(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)))); }
 
 void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, const float* x, float* y) {
   const ModelShape& s = *ctx.shape;
@@ -45,12 +45,14 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   w.gate.forward(x, N, d, scores, E, ctx.pool);
   int32_t* chosen = ws.i(kWsiRoute, N * K);
   float* route = ws.f(kWsRouteW, N * K);
+  // V4's variant: no gate temperature, the chosen scores always renormalised (no epsilon).
+  const layers::RouterSpec spec{1.0, true, 0.0, s.route_scale};
   ctx.pool->parallel_for(N, 8, [&](int64_t b, int64_t e) {
     std::vector<float> biased(E);
     std::vector<int32_t> scratch;
     for (int64_t row = b; row < e; ++row) {
       float* sc = scores + row * E;
-      for (int64_t i = 0; i < E; ++i) sc[i] = sqrt_softplus(sc[i]);
+      layers::router_scores(sc, E, spec);
       int32_t* ch = chosen + row * K;
       if (ls.hash) {
         const int32_t* t = w.tid2eid.data() + static_cast<int64_t>(ctx.rows[row].token) * K;
@@ -59,9 +61,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
         for (int64_t i = 0; i < E; ++i) biased[i] = sc[i] + w.bias[i];
         kernels::topk_indices(biased.data(), E, K, ch, scratch);
       }
-      float sum = 0.0f;
-      for (int64_t k = 0; k < K; ++k) sum += sc[ch[k]];
-      for (int64_t k = 0; k < K; ++k) route[row * K + k] = sc[ch[k]] / sum * s.route_scale;
+      layers::route_weights(sc, ch, K, spec, route + row * K);
     }
   });
 

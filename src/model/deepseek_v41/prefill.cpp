@@ -17,6 +17,7 @@
 #include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/state_range.h"
 #include "model/layers/mhc.h"
+#include "model/layers/router.h"
 
 namespace dsinfer::model::deepseek_v41 {
 namespace {
@@ -1165,21 +1166,17 @@ class Prefill {
     const Vec logits = opt_.double_accumulation ? Vec() : matmul(pool_, f, T_, gate);
     std::vector<std::vector<int64_t>> sel(static_cast<size_t>(T_));
     std::vector<std::vector<double>> wt(static_cast<size_t>(T_));
+    // V4.1's variant of the shared router: gate_temp, and the renormalisation only with norm_topk_prob
+    // and more than one expert, over the sum + 1e-20.
+    const layers::RouterSpec spec{c_.gate_temp, c_.norm_topk_prob && k > 1, 1e-20, c_.routed_scaling_factor};
     for (int64_t t = 0; t < T_; ++t) {
       std::vector<double> sig(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
-      for (int64_t e = 0; e < E; ++e) {
-        const double l = (logits.empty() ? dot(f.data() + t * d_, gate.row(e), d_) : logits[t * E + e]) / c_.gate_temp;
-        sig[e] = std::sqrt(std::max(l, 0.0) + std::log1p(std::exp(-std::fabs(l))));
-        biased[e] = sig[e] + bias[e];
-      }
+      for (int64_t e = 0; e < E; ++e) sig[e] = logits.empty() ? dot(f.data() + t * d_, gate.row(e), d_) : logits[t * E + e];
+      layers::router_scores(sig.data(), E, spec);
+      for (int64_t e = 0; e < E; ++e) biased[e] = sig[e] + bias[e];
       sel[t] = topk(biased, k);
-      double sum = 0;
-      for (int64_t e : sel[t]) sum += sig[e];
-      for (int64_t e : sel[t]) {
-        double w = sig[e];
-        if (c_.norm_topk_prob && k > 1) w /= sum + 1e-20;
-        wt[t].push_back(w * c_.routed_scaling_factor);
-      }
+      wt[t].resize(sel[t].size());
+      layers::route_weights(sig.data(), sel[t].data(), static_cast<int64_t>(sel[t].size()), spec, wt[t].data());
     }
     std::vector<double> acc(static_cast<size_t>(T_ * d_), 0.0);
     for (int64_t e = 0; e < E; ++e) {

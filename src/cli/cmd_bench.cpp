@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -46,9 +45,6 @@ struct TokenTraffic {
   double engram = 0;      // V4.1 Engram: the looked-up table rows (with their scales), wkv, gate weights
   double engram_rows = 0; // of which the table rows
   double linear_macs = 0; // multiply-adds of the products (for the FLOP count)
-  // What the V4.1 forward reads: its FP8 (32x32-block) weights are decoded to BF16 once at preparation
-  // (model/deepseek_v41/prefill.h), so a decoded token reads twice their stored bytes and no scales.
-  double prepared = 0;
   double total() const { return attention + compressor + shared + routed + router + mhc + head + embed + engram; }
 };
 
@@ -60,8 +56,6 @@ bool contains(const std::string& s, const char* part) { return s.find(part) != s
 TokenTraffic token_traffic(const model::Checkpoint& ckpt) {
   const model::ModelConfig& c = ckpt.config();
   const double expert_share = static_cast<double>(c.num_experts_per_tok) / static_cast<double>(c.n_routed_experts);
-  const bool v41 = c.arch == model::Architecture::kDeepseekV41;
-  std::map<std::string, core::DType> linear_dtype;  // a linear's weight dtype, for its scale's prepared bytes
   TokenTraffic t;
   for (const model::TensorSpec& spec : model::expected_tensors(c)) {
     if (spec.layer >= 0 && c.is_mtp_stage(spec.layer)) continue;
@@ -103,14 +97,6 @@ TokenTraffic token_traffic(const model::Checkpoint& ckpt) {
       part = &t.attention;
     }
     *part += bytes * share;
-    double prepared = bytes * share;
-    if (v41 && spec.kind == model::TensorKind::kLinearWeight) {
-      linear_dtype[spec.linear] = view->dtype;
-      if (view->dtype == core::DType::kF8E4M3) prepared = 2.0 * static_cast<double>(view->numel()) * share;
-    } else if (v41 && spec.kind == model::TensorKind::kLinearScale && linear_dtype[spec.linear] == core::DType::kF8E4M3) {
-      prepared = 0;
-    }
-    t.prepared += prepared;
     if (spec.kind == model::TensorKind::kLinearWeight || spec.kind == model::TensorKind::kHcFn) {
       const double elems = spec.kind == model::TensorKind::kLinearWeight
                                ? static_cast<double>(spec.rows) * static_cast<double>(spec.cols)
@@ -129,8 +115,8 @@ int run_bench(int argc, char** argv) {
   Args args("bench",
             "Prefill tokens/s and single-stream decode tokens/s of a model, with this machine's measured read\n"
             "bandwidth and FMA peak, the decode roofline (weight bytes touched per token / bandwidth) and\n"
-            "the fraction of it reached. A V4.1 checkpoint runs through its engine adapter and also reports the bytes\n"
-            "its forward reads (FP8 weights decoded to BF16) and the Engram table rows. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
+            "the fraction of it reached. A V4.1 checkpoint runs through its engine adapter (its FP8 weights read as\n"
+            "stored, like V4's) and also reports the Engram table rows. The serving curves (prefill per core vs batch, decode vs concurrency,\n"
             "multi-turn TTFT, overlap, speculation) are `dsinfer bench-serve`; HTTP load is `dsinfer bench-http`.\n"
             "With --decoder-replay K (V4.1 only) it instead measures the decoder-side bounded replay against the\n"
             "exact forward: prefill time at each --prompt-len (a comma-separated list there), interleaved rounds,\n"

@@ -244,10 +244,7 @@ kernels::WeightView Checkpoint::linear(const std::string& prefix, int64_t rows, 
       check_shape(w, {rows, cols}, "weight");
       const int64_t b = config_.weight_block;
       check_scale({(rows + b - 1) / b, (cols + b - 1) / b});
-      // kernels::WeightView reads FP8 scales on a 128 x 128 grid; a 32 x 32 grid (V4.1) would be read
-      // wrongly without a word, so it is refused until the kernels take the block as a parameter.
-      DSINFER_CHECK(b == 128, where, ": FP8 weights with ", b, "x", b,
-                    " scale blocks are not supported by the linear kernels yet (only 128x128)");
+      v.fp8_block = b;
       break;
     }
     case DType::kI8:

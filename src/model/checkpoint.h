@@ -61,7 +61,8 @@ class Checkpoint {
   const TensorView& get_expected(std::string_view name) const;
 
   // A linear weight by prefix ("layers.0.attn.wq_a"): FP8 E4M3 + E8M0/F32 [ceil(out/B), ceil(in/B)]
-  // scale (B = config().weight_block; only 128 is accepted until the kernels take B), FP4 (I8 [out, in/2]) + E8M0/F32 [out, in/32], BF16 or F32 [out, in]. rows/cols are the
+  // scale (B = config().weight_block, 128 in V4, 32 in V4.1; the view carries it as fp8_block), FP4
+  // (I8 [out, in/2]) + E8M0/F32 [out, in/32], BF16 or F32 [out, in]. rows/cols are the
   // logical [out, in]; the storage is what the file holds, checked against these dims.
   kernels::WeightView linear(const std::string& prefix, int64_t rows, int64_t cols) const;
   // Same, with rows/cols taken from the inventory (the prefix must be a linear of this config).

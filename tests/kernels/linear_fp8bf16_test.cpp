@@ -190,5 +190,17 @@ TEST(Fp8Bf16Linear, OtherFormatsIgnoreTheOptionAndNanCodesAreRejected) {
   }
 }
 
+TEST(Fp8Bf16Linear, ScaleBlocksOtherThan128AreRefused) {
+  Fp8TestWeight w = fp8_weight(32, 32, 1, false);  // one scale block whichever the edge
+  w.view.fp8_block = 32;
+  EXPECT_NO_THROW(Linear(w.view, Fp8Products::kExact));
+  try {
+    const Linear bad(w.view, Fp8Products::kBf16Dot);
+    ADD_FAILURE() << "a 32x32-block FP8 weight was packed for the 128-block bf16-dot kernel";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not 32"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dsinfer::kernels

@@ -30,10 +30,11 @@ struct TestWeight {
 // Random codes over the whole range of each format (FP8 subnormals and zeros included, NaN codes
 // excluded), with scales spread over several binades.
 TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint32_t seed, bool scales_f32 = false,
-                       int scale_lo = 118, int scale_hi = 130) {
+                       int scale_lo = 118, int scale_hi = 130, int64_t fp8_block = 128) {
   std::mt19937 rng(seed);
   TestWeight t;
   t.view.format = format;
+  t.view.fp8_block = fp8_block;
   t.view.rows = rows;
   t.view.cols = cols;
   t.view.scales_f32 = scales_f32;
@@ -75,7 +76,7 @@ TestWeight make_weight(WeightFormat format, int64_t rows, int64_t cols, uint32_t
         do c = static_cast<uint8_t>(byte(rng));
         while ((c & 0x7F) == 0x7F);
       }
-      add_scales(((rows + 127) / 128) * ((cols + 127) / 128));
+      add_scales(((rows + fp8_block - 1) / fp8_block) * ((cols + fp8_block - 1) / fp8_block));
       break;
     case WeightFormat::kFP4:
       t.data.resize(rows * cols / 2);
@@ -504,6 +505,70 @@ TEST(Linear, SliceRowsGivesTheSameRows) {
   const TestWeight w8 = make_weight(WeightFormat::kFP8, 300, 256, 23);
   EXPECT_THROW(slice_rows(w8.view, 64, 128), core::Error);
   EXPECT_NO_THROW(slice_rows(w8.view, 256, 300));
+}
+
+// The FP8 scale block is a parameter (V4: 128x128, V4.1: 32x32): with any block that is a multiple of
+// 16, on every target, at every row count of the stream and gemm schedules and for every scale mode
+// (E8M0 scales moved onto x, two-step E8M0 scales, f32 scales), the product is bitwise that of the F32
+// weight the test decodes itself (code x the scale of its block), the format with the same summation
+// order (linear.h). Slices follow the block.
+TEST(Linear, Fp8ScaleBlockIsAParameterBitwiseTheDecodedWeight) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{83, 131}, {96, 64}};
+  const int64_t blocks[] = {16, 32, 48, 128};
+  core::ThreadPool pool(3);
+  for (const SimdTarget& target : available_targets()) {
+    ScopedTarget scope(target);
+    uint32_t seed = 900;
+    for (const Shape& sh : shapes) {
+      for (int64_t B : blocks) {
+        for (int mode = 0; mode < 3; ++mode) {
+          const bool f32_scales = mode == 2;
+          const TestWeight w = make_weight(WeightFormat::kFP8, sh.rows, sh.cols, ++seed, f32_scales,
+                                           mode == 1 ? 128 : 118, mode == 1 ? 140 : 130, B);
+          const int64_t scale_cols = (sh.cols + B - 1) / B;
+          std::vector<float> decoded(sh.rows * sh.cols);
+          for (int64_t n = 0; n < sh.rows; ++n) {
+            for (int64_t k = 0; k < sh.cols; ++k) {
+              const int64_t at = (n / B) * scale_cols + k / B;
+              float scale = 0.0f;
+              if (f32_scales) {
+                std::memcpy(&scale, w.scales.data() + at * 4, 4);
+              } else {
+                scale = core::e8m0_to_float(w.scales[at]);
+              }
+              decoded[n * sh.cols + k] = core::fp8_e4m3_to_float(w.data[n * sh.cols + k]) * scale;
+            }
+          }
+          WeightView f32_view{WeightFormat::kF32, sh.rows, sh.cols, decoded.data(), nullptr, false, "decoded"};
+          const Linear fp8(w.view), f32(f32_view);
+          for (int64_t M = 1; M <= 18; M += (M < 6 ? 1 : 6)) {
+            const int64_t ldx = sh.cols + 1, ldy = sh.rows + 2;
+            const auto x = make_x(M, ldx, ++seed);
+            std::vector<float> y8(M * ldy), y32(M * ldy);
+            fp8.forward(x.data(), M, ldx, y8.data(), ldy, M % 2 ? &pool : nullptr);
+            f32.forward(x.data(), M, ldx, y32.data(), ldy, nullptr);
+            expect_bitwise_equal(y8.data(), y32.data(), M, sh.rows, ldy, ldy,
+                                 target.name + " block " + std::to_string(B) + " mode " + std::to_string(mode) + " " +
+                                     name_of(WeightFormat::kFP8, sh.rows, sh.cols, M));
+            if (HasFailure()) return;
+          }
+        }
+      }
+    }
+  }
+  const TestWeight w = make_weight(WeightFormat::kFP8, 83, 64, 5, false, 118, 130, 32);
+  const Linear full(w.view), part(slice_rows(w.view, 32, 83));
+  const auto x = make_x(2, 64, 6);
+  std::vector<float> yf(2 * 83), yp(2 * 51);
+  full.forward(x.data(), 2, 64, yf.data(), 83, nullptr);
+  part.forward(x.data(), 2, 64, yp.data(), 51, nullptr);
+  expect_bitwise_equal(yp.data(), yf.data() + 32, 2, 51, 51, 83, "slice of 32x32 blocks");
+  EXPECT_THROW(slice_rows(w.view, 16, 32), core::Error);
+  TestWeight odd = make_weight(WeightFormat::kFP8, 40, 40, 7, false, 118, 130, 24);
+  EXPECT_THROW(Linear{odd.view}, core::Error);  // not a multiple of 16
 }
 
 TEST(Linear, BytesKeepTheCompressedSize) {

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/dtypes.h"
+#include "kernels/cpu/linear.h"
 #include "model/checkpoint.h"
 #include "model/mkmodel.h"
 #include "test_util.h"
@@ -145,13 +146,38 @@ TEST(MkModelV41, EngramTokenMapSidecar) {
   EXPECT_FALSE(std::filesystem::exists(o.out_dir + "/engram_token_map.json"));
 }
 
-TEST(MkModelV41, LinearKernelsRefuse32x32BlocksClearly) {
+// The loader hands V4.1's FP8 linears to the kernels with their 32x32 scale blocks (they were refused
+// while the kernels read 128x128 only): the packed product equals the sum over the weights decoded here
+// from the file's codes and the scale of each one's 32x32 block, within fp32 summation error.
+TEST(MkModelV41, Fp8LinearsCarryTheir32x32Blocks) {
   TempDir dir;
   auto o = v41_options(dir, testing::small_v41_config(), 1, "k");
   make_model(o);
   auto ck = Checkpoint::open(o.out_dir);
-  const std::string msg = error_of([&] { ck->linear("layers.0.attn.wq_a"); });
-  EXPECT_NE(msg.find("32x32"), std::string::npos) << msg;
+  const kernels::WeightView v = ck->linear("layers.0.attn.wq_a");
+  ASSERT_EQ(v.format, kernels::WeightFormat::kFP8);
+  EXPECT_EQ(v.fp8_block, 32);
+  const TensorView& w = ck->get("layers.0.attn.wq_a.weight");
+  const TensorView& sc = ck->get("layers.0.attn.wq_a.scale");
+  const int64_t rows = v.rows, cols = v.cols, scale_cols = (cols + 31) / 32;
+  ASSERT_EQ(sc.shape, (std::vector<int64_t>{(rows + 31) / 32, scale_cols}));
+  std::vector<float> x(2 * cols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+  std::vector<float> y(2 * rows);
+  kernels::Linear(v).forward(x.data(), 2, cols, y.data(), rows, nullptr);
+  for (int64_t m = 0; m < 2; ++m) {
+    for (int64_t n = 0; n < rows; ++n) {
+      double exact = 0, mag = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const int64_t at = (n / 32) * scale_cols + k / 32;
+        const float s = sc.dtype == DType::kF32 ? sc.as<float>()[at] : core::e8m0_to_float(sc.data[at]);
+        const double p = static_cast<double>(x[m * cols + k]) * core::fp8_e4m3_to_float(w.data[n * cols + k]) * s;
+        exact += p;
+        mag += std::fabs(p);
+      }
+      ASSERT_NEAR(y[m * rows + n], exact, 1.01 * (cols + 1) * std::ldexp(1.0, -24) * mag + 1e-30) << m << " " << n;
+    }
+  }
   // BF16 and FP4 linears are unaffected by the FP8 block size.
   EXPECT_EQ(ck->linear("layers.2.attn.compressor.wkv").rows, 128);
   EXPECT_EQ(ck->linear("layers.0.ffn.experts.1.w2").cols, 64);

@@ -18,7 +18,6 @@
 namespace dsinfer::kernels {
 
 using detail::kFp4Group;
-using detail::kFp8Block;
 using detail::kPanelRows;
 using detail::PackedWeight;
 
@@ -41,7 +40,8 @@ namespace {
 int64_t scale_elem_bytes(const WeightView& w) { return w.scales_f32 ? 4 : 1; }
 
 int64_t fp8_scale_count(const WeightView& w) {
-  return ((w.rows + kFp8Block - 1) / kFp8Block) * ((w.cols + kFp8Block - 1) / kFp8Block);
+  const int64_t b = w.fp8_block;
+  return ((w.rows + b - 1) / b) * ((w.cols + b - 1) / b);
 }
 
 std::string describe(const WeightView& w) {
@@ -117,8 +117,10 @@ void pack_fp4(const WeightView& w, PackedWeight& p, int64_t pb, int64_t pe) {
 }
 
 void pack_fp8_scales(const WeightView& w, PackedWeight& p) {
-  const int64_t rb = (w.rows + kFp8Block - 1) / kFp8Block;
-  const int64_t cb = (w.cols + kFp8Block - 1) / kFp8Block;
+  const int64_t b = w.fp8_block;
+  const int64_t rb = (w.rows + b - 1) / b;
+  const int64_t cb = (w.cols + b - 1) / b;
+  p.fp8_block = b;
   float* s = reinterpret_cast<float*>(alloc_bytes(p.scales, rb * cb * 4));
   const float bias = std::ldexp(1.0f, detail::kFp8Bias);
   for (int64_t i = 0; i < rb * cb; ++i) {
@@ -252,7 +254,7 @@ detail::Bytes detail::allocate_bytes(int64_t bytes) {
 int64_t detail::PackedWeight::bytes() const {
   int64_t b = panels * panel_bytes;
   switch (format) {
-    case WeightFormat::kFP8: b += ((rows + kFp8Block - 1) / kFp8Block) * fp8_scale_cols * 4; break;
+    case WeightFormat::kFP8: b += ((rows + fp8_block - 1) / fp8_block) * fp8_scale_cols * 4; break;
     case WeightFormat::kFP4: b += panels * (cols / kFp4Group) * 16 * (fp4_scales_f32 ? 4 : 1); break;
     default: break;
   }
@@ -280,10 +282,11 @@ WeightView slice_rows(const WeightView& w, int64_t begin, int64_t end) {
     case WeightFormat::kF32: s.data = data + begin * w.cols * 4; break;
     case WeightFormat::kBF16: s.data = data + begin * w.cols * 2; break;
     case WeightFormat::kFP8:
-      DSINFER_CHECK(begin % kFp8Block == 0 && (end % kFp8Block == 0 || end == w.rows), "slice_rows of ", describe(w),
-                    ": FP8 rows [", begin, ", ", end, ") do not follow the 128-row scale blocks");
+      DSINFER_CHECK(begin % w.fp8_block == 0 && (end % w.fp8_block == 0 || end == w.rows), "slice_rows of ",
+                    describe(w), ": FP8 rows [", begin, ", ", end, ") do not follow the ", w.fp8_block,
+                    "-row scale blocks");
       s.data = data + begin * w.cols;
-      s.scales = scales + (begin / kFp8Block) * ((w.cols + kFp8Block - 1) / kFp8Block) * scale_elem_bytes(w);
+      s.scales = scales + (begin / w.fp8_block) * ((w.cols + w.fp8_block - 1) / w.fp8_block) * scale_elem_bytes(w);
       break;
     case WeightFormat::kFP4:
       s.data = data + begin * (w.cols / 2);
@@ -300,8 +303,8 @@ float weight_at(const WeightView& w, int64_t row, int64_t col) {
     case WeightFormat::kBF16:
       return core::bf16_to_float(static_cast<const uint16_t*>(w.data)[row * w.cols + col]);
     case WeightFormat::kFP8: {
-      const int64_t scale_cols = (w.cols + 127) / 128;
-      const int64_t s = (row / 128) * scale_cols + col / 128;
+      const int64_t b = w.fp8_block;
+      const int64_t s = (row / b) * ((w.cols + b - 1) / b) + col / b;
       const float scale = w.scales_f32 ? static_cast<const float*>(w.scales)[s]
                                        : core::e8m0_to_float(static_cast<const uint8_t*>(w.scales)[s]);
       return core::fp8_e4m3_to_float(static_cast<const uint8_t*>(w.data)[row * w.cols + col]) * scale;
@@ -333,6 +336,8 @@ Linear::Linear(const WeightView& w, Fp8Products fp8) : view_(w) {
                 describe(w), ": no scales");
   DSINFER_CHECK(w.format != WeightFormat::kFP4 || w.cols % kFp4Group == 0, "linear ", describe(w),
                 ": FP4 weight needs cols % 32 == 0");
+  DSINFER_CHECK(w.format != WeightFormat::kFP8 || (w.fp8_block > 0 && w.fp8_block % kPanelRows == 0), "linear ",
+                describe(w), ": FP8 scale block ", w.fp8_block, " is not a positive multiple of ", kPanelRows);
   auto p = std::make_unique<Packed>();
   p->format = w.format;
   p->rows = w.rows;
@@ -340,6 +345,10 @@ Linear::Linear(const WeightView& w, Fp8Products fp8) : view_(w) {
   p->panels = (w.rows + kPanelRows - 1) / kPanelRows;
   p->k_pairs = (w.cols + 1) / 2;
   if (fp8 == Fp8Products::kBf16Dot && w.format == WeightFormat::kFP8) {
+    // Its panel layout and per-block chains are built around 128-wide scale blocks (V4); a V4.1
+    // 32x32 weight asking for it would be summed against the wrong scales.
+    DSINFER_CHECK(w.fp8_block == detail::kFp8Block, "linear ", describe(w), ": the FP8 bf16-dot products need ",
+                  detail::kFp8Block, "x", detail::kFp8Block, " scale blocks, not ", w.fp8_block);
     p->fp8bf16 = detail::pack_fp8bf16(w);
     packed_ = std::move(p);
     return;

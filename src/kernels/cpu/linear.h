@@ -1,5 +1,6 @@
-// Products with checkpoint weights: y = x · Wᵀ for W stored as F32, BF16, FP8 E4M3 with 128×128 block
-// scales, or FP4 E2M1 with 1×32 scales (model-v4.md §4.3). Activations and accumulation are fp32.
+// Products with checkpoint weights: y = x · Wᵀ for W stored as F32, BF16, FP8 E4M3 with B×B block
+// scales (B = 128 in V4, 32 in V4.1), or FP4 E2M1 with 1×32 scales (model-v4.md §4.3). Activations and
+// accumulation are fp32.
 //
 // Numerics (the contract every backend keeps). F32, BF16 and FP8: each output is
 //   y[m][n] = (((0 + x[m][0]·W[n][0]) + x[m][1]·W[n][1]) + ...) + x[m][K-1]·W[n][K-1]
@@ -33,17 +34,21 @@ struct WeightView {
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features (logical elements; FP4 data holds cols/2 bytes per row)
   const void* data = nullptr;
-  // FP8: [ceil(rows/128)][ceil(cols/128)]; FP4: [rows][cols/32]. E8M0 codes, or F32 when scales_f32.
+  // FP8: [ceil(rows/B)][ceil(cols/B)], B = fp8_block; FP4: [rows][cols/32]. E8M0 codes, or F32 when
+  // scales_f32.
   const void* scales = nullptr;
   bool scales_f32 = false;
   std::string name;  // for error messages only (e.g. "layers.0.attn.wq_a"); may be empty
+  // FP8: the edge B of the square scale blocks (the checkpoint's weight_block_size), a positive multiple
+  // of 16 (a panel of 16 output rows shares one scale per block).
+  int64_t fp8_block = 128;
 };
 
 // Bytes of the weight's data and scales as the checkpoint stores them.
 int64_t weight_bytes(const WeightView& w);
 
 // Rows [begin, end) of w as a weight of its own (e.g. one group of a grouped projection). FP8 needs
-// begin (and end, unless it is rows) to be a multiple of 128, the scale block size.
+// begin (and end, unless it is rows) to be a multiple of fp8_block, the scale block size.
 WeightView slice_rows(const WeightView& w, int64_t begin, int64_t end);
 
 // Exact fp32 value of W[row][col].

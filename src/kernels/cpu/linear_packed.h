@@ -21,7 +21,7 @@
 //         the top half of an f32 equal to e2m1 · 2^-126 (the 0.5 code becomes an fp32 subnormal).
 //         Scales [cols / 32][16] per panel, E8M0 codes or f32.
 //   FP8 likewise decodes each u16 half of a lane (two codes) with 16-bit shifts into top halves of f32s.
-// Scale factors: FP8 keeps f32 [ceil(rows/128)][ceil(cols/128)] = scale · 2^120. When a factor would
+// Scale factors: FP8 keeps f32 [ceil(rows/B)][ceil(cols/B)] = scale · 2^120 (B = fp8_block). When a factor would
 // overflow fp32 (scales of 2^8 and more), `two_step_scale` is set, the factor is the plain scale and
 // the kernel multiplies by 2^120 first. Either way the decoded weight is the exact product fp8 · scale,
 // as the oracle computes it. FP4 keeps the plain scales: they multiply partial sums over each 32-column
@@ -37,7 +37,7 @@
 namespace dsinfer::kernels::detail {
 
 inline constexpr int64_t kPanelRows = 16;
-inline constexpr int64_t kFp8Block = 128;
+inline constexpr int64_t kFp8Block = 128;  // V4's FP8 scale block, the default of WeightView::fp8_block
 inline constexpr int64_t kFp4Group = 32;
 inline constexpr int kFp8Bias = 120;  // decoded FP8 bits are fp8 · 2^-120
 inline constexpr int kFp4Bias = 126;  // decoded FP4 bits are e2m1 · 2^-126
@@ -60,7 +60,7 @@ struct PackedWeight {
   int64_t k_pairs = 0;      // ceil(cols / 2)
   int64_t panel_bytes = 0;  // bytes of one panel's element data
   Bytes data;
-  // FP8: f32 [ceil(rows/128)][ceil(cols/128)] factors. FP4: per panel [cols/32][16] codes (u8) or f32
+  // FP8: f32 [ceil(rows/B)][ceil(cols/B)] factors. FP4: per panel [cols/32][16] codes (u8) or f32
   // factors when fp4_scales_f32.
   Bytes scales;
   bool fp4_scales_f32 = false;
@@ -68,7 +68,8 @@ struct PackedWeight {
   // FP8: every factor is a power of two >= 1 (E8M0 scales of 2^-120 and more), and the largest.
   bool fp8_pow2_factors = false;
   float fp8_max_factor = 0.0f;
-  int64_t fp8_scale_cols = 0;  // ceil(cols / 128)
+  int64_t fp8_block = kFp8Block;  // B, the edge of the scale blocks (a multiple of kPanelRows)
+  int64_t fp8_scale_cols = 0;      // ceil(cols / B)
 
   const uint8_t* panel(int64_t p) const { return data.get() + p * panel_bytes; }
   int64_t bytes() const;  // element data + scales, as held in memory

@@ -348,7 +348,7 @@ struct alignas(64) ScaleBlock {
 };
 
 struct FmtF32 {
-  static constexpr int64_t kBlockPairs = INT64_MAX / 4;
+  static int64_t block_pairs(const PackedWeight&) { return INT64_MAX / 4; }
   static constexpr bool kScalesX = false;
   static void load(const PackedWeight&, int64_t, int, int64_t, ScaleBlock&) {}
   static HWY_INLINE void decode(const PackedWeight& w, const ScaleBlock&, int, int64_t p, int64_t kp, VF* e, VF* o) {
@@ -357,7 +357,7 @@ struct FmtF32 {
 };
 
 struct FmtBF16 {
-  static constexpr int64_t kBlockPairs = INT64_MAX / 4;
+  static int64_t block_pairs(const PackedWeight&) { return INT64_MAX / 4; }
   static constexpr bool kScalesX = false;
   static void load(const PackedWeight&, int64_t, int, int64_t, ScaleBlock&) {}
   static HWY_INLINE void decode(const PackedWeight& w, const ScaleBlock&, int, int64_t p, int64_t kp, VF* e, VF* o) {
@@ -370,13 +370,13 @@ struct FmtBF16 {
 // so the products, and hence the results, are bitwise those of mode 0.
 template <int kMode>
 struct FmtFP8 {
-  static constexpr int64_t kBlockPairs = kFp8Block / 2;
+  static int64_t block_pairs(const PackedWeight& w) { return w.fp8_block / 2; }
   static constexpr bool kScalesX = kMode == 2;
   static void load(const PackedWeight& w, int64_t p0, int g_count, int64_t block, ScaleBlock& sb) {
     sb.pre = w.two_step_scale ? std::ldexp(1.0f, kFp8Bias) : 1.0f;
     const float* s = reinterpret_cast<const float*>(w.scales.get());
     for (int g = 0; g < g_count; ++g) {
-      const int64_t row_block = (p0 + g) * kPanelRows / kFp8Block;
+      const int64_t row_block = (p0 + g) * kPanelRows / w.fp8_block;
       sb.fp8[g] = s[row_block * w.fp8_scale_cols + block];
     }
   }
@@ -389,7 +389,7 @@ struct FmtFP8 {
 // FP4 scales are per row and 32-column group, so they cannot move to x; they multiply each group's
 // partial sum instead (the FP4 order, see linear.h).
 struct FmtFP4 {
-  static constexpr int64_t kBlockPairs = kFp4Group / 2;
+  static int64_t block_pairs(const PackedWeight&) { return kFp4Group / 2; }
   static constexpr bool kScalesX = false;
   static void load(const PackedWeight& w, int64_t p0, int g_count, int64_t block, ScaleBlock& sb) {
     const int64_t groups = w.cols / kFp4Group;
@@ -435,14 +435,15 @@ HWY_NOINLINE void StreamPanels(const PackedWeight& w, int64_t p0, const float* x
     for (int j = 0; j < G * kNV; ++j) acc[m][j] = hn::Zero(df);
   const int64_t K = w.cols;
   const int64_t full_pairs = K / 2;
-  const int64_t blocks = (w.k_pairs + Fmt::kBlockPairs - 1) / Fmt::kBlockPairs;
+  const int64_t block_pairs = Fmt::block_pairs(w);
+  const int64_t blocks = (w.k_pairs + block_pairs - 1) / block_pairs;
   ScaleBlock sb;
   for (int64_t blk = 0; blk < blocks; ++blk) {
     Fmt::load(w, p0, G, blk, sb);
-    // With kScalesX the G panels share one factor (groups never cross a 128-row block).
+    // With kScalesX the G panels share one factor (groups never cross a row block: StreamRows).
     const float xf = Fmt::kScalesX ? sb.fp8[0] : 1.0f;
-    const int64_t kb = blk * Fmt::kBlockPairs;
-    const int64_t ke = std::min(full_pairs, kb + Fmt::kBlockPairs);
+    const int64_t kb = blk * block_pairs;
+    const int64_t ke = std::min(full_pairs, kb + block_pairs);
     for (int64_t kp = kb; kp < ke; ++kp) {
       for (int g = 0; g < G; ++g) {
         VF e[kNV], o[kNV];
@@ -455,7 +456,7 @@ HWY_NOINLINE void StreamPanels(const PackedWeight& w, int64_t p0, const float* x
         }
       }
     }
-    if ((K & 1) && full_pairs >= kb && full_pairs < kb + Fmt::kBlockPairs) {  // last, unpaired k
+    if ((K & 1) && full_pairs >= kb && full_pairs < kb + block_pairs) {  // last, unpaired k
       for (int g = 0; g < G; ++g) {
         VF e[kNV], o[kNV];
         Fmt::decode(w, sb, g, p0 + g, full_pairs, e, o);
@@ -470,8 +471,8 @@ HWY_NOINLINE void StreamPanels(const PackedWeight& w, int64_t p0, const float* x
     for (int g = 0; g < G; ++g) StorePanel(&acc[m][g * kNV], p0 + g, y + m * ldy, row_lo, row_hi);
 }
 
-// Panels [p, pe) in groups of G that start at multiples of G (so a group never crosses a 128-row FP8
-// scale block), the unaligned ends in smaller groups.
+// Panels [p, pe) in groups of G that start at multiples of G (so a group never crosses an FP8 scale
+// block of a multiple of G panels), the unaligned ends in smaller groups.
 template <class Fmt, int MR, int G>
 void StreamRange(const PackedWeight& w, int64_t p, int64_t pe, const float* x, int64_t ldx, float* y, int64_t ldy,
                  int64_t row_lo, int64_t row_hi) {
@@ -485,10 +486,19 @@ void StreamRange(const PackedWeight& w, int64_t p, int64_t pe, const float* x, i
   }
 }
 
-template <class Fmt, int MR>
+// With x scaled by the block's factor (kScalesX) the G panels of a group share that factor, so G must
+// divide the panels of a row block (V4.1's 32-row blocks: 2 panels); the other formats load a factor
+// per panel and keep the widest group.
+template <class Fmt, int MR, int G = StreamGroup<MR>()>
 void StreamRows(const PackedWeight& w, int64_t pb, int64_t pe, const float* x, int64_t ldx, float* y, int64_t ldy,
                 int64_t row_lo, int64_t row_hi) {
-  StreamRange<Fmt, MR, StreamGroup<MR>()>(w, pb, pe, x, ldx, y, ldy, row_lo, row_hi);
+  if constexpr (Fmt::kScalesX && G > 1) {
+    if ((w.fp8_block / kPanelRows) % G != 0) {
+      StreamRows<Fmt, MR, G / 2>(w, pb, pe, x, ldx, y, ldy, row_lo, row_hi);
+      return;
+    }
+  }
+  StreamRange<Fmt, MR, G>(w, pb, pe, x, ldx, y, ldy, row_lo, row_hi);
 }
 
 // Largest |x| over M rows of K, or infinity when some x is not finite (then the caller keeps the
@@ -529,12 +539,13 @@ float MaxAbs(const float* x, int64_t M, int64_t ldx, int64_t K) {
 template <class Fmt>
 void DecodePanel(const PackedWeight& w, int64_t p, float* dst) {
   const DF df;
-  const int64_t blocks = (w.k_pairs + Fmt::kBlockPairs - 1) / Fmt::kBlockPairs;
+  const int64_t block_pairs = Fmt::block_pairs(w);
+  const int64_t blocks = (w.k_pairs + block_pairs - 1) / block_pairs;
   ScaleBlock sb;
   for (int64_t blk = 0; blk < blocks; ++blk) {
     Fmt::load(w, p, 1, blk, sb);
-    const int64_t kb = blk * Fmt::kBlockPairs;
-    const int64_t ke = std::min(w.k_pairs, kb + Fmt::kBlockPairs);
+    const int64_t kb = blk * block_pairs;
+    const int64_t ke = std::min(w.k_pairs, kb + block_pairs);
     for (int64_t kp = kb; kp < ke; ++kp) {
       VF e[kNV], o[kNV];
       Fmt::decode(w, sb, 0, p, kp, e, o);

@@ -8,18 +8,20 @@
 
 namespace dsinfer::model::deepseek_v4 {
 
-KvCodec::KvCodec(int64_t head_dim, int64_t rope_dims, bool fp8_nope, bool bf16_rope)
-    : dim_(head_dim), rope_(rope_dims), nope_(head_dim - rope_dims), fp8_nope_(fp8_nope), bf16_rope_(bf16_rope) {
-  DSINFER_CHECK(nope_ >= 0 && (!fp8_nope || nope_ % 64 == 0), "KV nope dims (", nope_, ") must be a multiple of 64");
-  bytes_ = (fp8_nope_ ? nope_ + nope_ / 64 : nope_ * 4) + rope_ * (bf16_rope_ ? 2 : 4);
+KvCodec::KvCodec(int64_t head_dim, int64_t rope_dims, bool fp8_nope, bool bf16_rope, int64_t fp8_block)
+    : dim_(head_dim), rope_(rope_dims), nope_(head_dim - rope_dims), block_(fp8_block), fp8_nope_(fp8_nope),
+      bf16_rope_(bf16_rope) {
+  DSINFER_CHECK(block_ > 0 && nope_ >= 0 && (!fp8_nope || nope_ % block_ == 0), "KV nope dims (", nope_,
+                ") must be a multiple of the FP8 block ", block_);
+  bytes_ = (fp8_nope_ ? nope_ + nope_ / block_ : nope_ * 4) + rope_ * (bf16_rope_ ? 2 : 4);
 }
 
 void KvCodec::encode(float* x, uint8_t* out) const {
   uint8_t* p = out;
   if (fp8_nope_) {
-    kernels::fp8_block_encode(x, nope_, 64, p, p + nope_);
-    kernels::fp8_block_decode_scalar(p, p + nope_, nope_, 64, x);
-    p += nope_ + nope_ / 64;
+    kernels::fp8_block_encode(x, nope_, block_, p, p + nope_);
+    kernels::fp8_block_decode_scalar(p, p + nope_, nope_, block_, x);
+    p += nope_ + nope_ / block_;
   } else {
     std::memcpy(p, x, nope_ * 4);
     p += nope_ * 4;
@@ -39,8 +41,8 @@ void KvCodec::encode(float* x, uint8_t* out) const {
 void KvCodec::decode(const uint8_t* in, float* x) const {
   const uint8_t* p = in;
   if (fp8_nope_) {
-    kernels::fp8_block_decode(p, p + nope_, nope_, 64, x);
-    p += nope_ + nope_ / 64;
+    kernels::fp8_block_decode(p, p + nope_, nope_, block_, x);
+    p += nope_ + nope_ / block_;
   } else {
     std::memcpy(x, p, nope_ * 4);
     p += nope_ * 4;
@@ -57,15 +59,16 @@ void KvCodec::decode(const uint8_t* in, float* x) const {
   }
 }
 
-IndexKeyCodec::IndexKeyCodec(int64_t dim, bool fp4) : dim_(dim), fp4_(fp4) {
-  DSINFER_CHECK(!fp4 || dim % 32 == 0, "indexer key dim (", dim, ") must be a multiple of 32");
-  bytes_ = fp4_ ? dim / 2 + dim / 32 : dim * 4;
+IndexKeyCodec::IndexKeyCodec(int64_t dim, bool fp4, int64_t block) : dim_(dim), block_(block), fp4_(fp4) {
+  DSINFER_CHECK(block_ > 0 && block_ % 2 == 0 && (!fp4 || dim % block_ == 0), "indexer key dim (", dim,
+                ") must be a multiple of the FP4 block ", block_);
+  bytes_ = fp4_ ? dim / 2 + dim / block_ : dim * 4;
 }
 
 void IndexKeyCodec::encode(float* x, uint8_t* out) const {
   if (fp4_) {
-    kernels::fp4_block_encode(x, dim_, 32, out, out + dim_ / 2);
-    kernels::fp4_block_decode(out, out + dim_ / 2, dim_, 32, x);
+    kernels::fp4_block_encode(x, dim_, block_, out, out + dim_ / 2);
+    kernels::fp4_block_decode(out, out + dim_ / 2, dim_, block_, x);
   } else {
     std::memcpy(out, x, dim_ * 4);
   }
@@ -73,7 +76,7 @@ void IndexKeyCodec::encode(float* x, uint8_t* out) const {
 
 void IndexKeyCodec::decode(const uint8_t* in, float* x) const {
   if (fp4_) {
-    kernels::fp4_block_decode(in, in + dim_ / 2, dim_, 32, x);
+    kernels::fp4_block_decode(in, in + dim_ / 2, dim_, block_, x);
   } else {
     std::memcpy(x, in, dim_ * 4);
   }

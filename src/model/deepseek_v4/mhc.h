@@ -1,5 +1,6 @@
 // Manifold-constrained hyper-connections (model-v4.md §2.3): the per-token mixing weights of the hc
-// residual streams, Sinkhorn projection of the stream-mixing matrix, and the final collapse (HCHead).
+// residual streams (the coefficients and Sinkhorn are model/layers/mhc.h, shared with V4.1), and the
+// final collapse (HCHead).
 #pragma once
 
 #include <cstdint>
@@ -8,10 +9,6 @@
 #include "model/deepseek_v4/weights.h"
 
 namespace dsinfer::model::deepseek_v4 {
-
-// In place on C [hc][hc] (row j = source stream): row softmax + eps, column normalisation, then
-// iters − 1 times (row, column) normalisation, each denominator + eps (§2.3.1 step 5).
-void sinkhorn(float* c, int64_t hc, int64_t iters, float eps);
 
 // For every row of X [N][hc·d]: pre [N][hc], post [N][hc], comb [N][hc][hc] (§2.3.1).
 void hc_mix(const HcWeights& w, StepContext& ctx, const float* X, int64_t N, float* pre, float* post, float* comb);

@@ -7,6 +7,7 @@
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/topk.h"
+#include "model/layers/router.h"
 
 namespace dsinfer::model::deepseek_v4 {
 namespace {
@@ -24,15 +25,14 @@ struct Int8Call {
 };
 
 // The experts spread over the threads, each product on one thread (its result does not depend on it).
-void run_int8(const std::vector<Int8Call>& calls, core::ThreadPool* pool) {
+void run_int8(const std::vector<Int8Call>& calls, int64_t block, core::ThreadPool* pool) {
   pool->run(static_cast<int64_t>(calls.size()), [&](int64_t t, int) {
     const Int8Call& c = calls[t];
-    c.linear->forward_quantized(c.q, c.ldq, c.xs, c.lds, c.M, kFastActBlock, c.y, c.ldy, nullptr);
+    c.linear->forward_quantized(c.q, c.ldq, c.xs, c.lds, c.M, block, c.y, c.ldy, nullptr);
   });
 }
 
 }  // namespace
-float sqrt_softplus(float x) { return std::sqrt(std::max(x, 0.0f) + std::log1p(std::exp(-std::fabs(x)))); }
 
 void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, const float* x, float* y) {
   const ModelShape& s = *ctx.shape;
@@ -45,12 +45,14 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   w.gate.forward(x, N, d, scores, E, ctx.pool);
   int32_t* chosen = ws.i(kWsiRoute, N * K);
   float* route = ws.f(kWsRouteW, N * K);
+  // V4's variant: no gate temperature, the chosen scores always renormalised (no epsilon).
+  const layers::RouterSpec spec{1.0, true, 0.0, s.route_scale};
   ctx.pool->parallel_for(N, 8, [&](int64_t b, int64_t e) {
     std::vector<float> biased(E);
     std::vector<int32_t> scratch;
     for (int64_t row = b; row < e; ++row) {
       float* sc = scores + row * E;
-      for (int64_t i = 0; i < E; ++i) sc[i] = sqrt_softplus(sc[i]);
+      layers::router_scores(sc, E, spec);
       int32_t* ch = chosen + row * K;
       if (ls.hash) {
         const int32_t* t = w.tid2eid.data() + static_cast<int64_t>(ctx.rows[row].token) * K;
@@ -59,9 +61,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
         for (int64_t i = 0; i < E; ++i) biased[i] = sc[i] + w.bias[i];
         kernels::topk_indices(biased.data(), E, K, ch, scratch);
       }
-      float sum = 0.0f;
-      for (int64_t k = 0; k < K; ++k) sum += sc[ch[k]];
-      for (int64_t k = 0; k < K; ++k) route[row * K + k] = sc[ch[k]] / sum * s.route_scale;
+      layers::route_weights(sc, ch, K, spec, route + row * K);
     }
   });
 
@@ -96,7 +96,8 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
 
   // ---- --numerics fast: the routed rows quantized to int8 once for all their experts ----
   const bool fast = num.fast();
-  const int64_t bd = kernels::int8_block_count(d, kFastActBlock), bi = kernels::int8_block_count(I, kFastActBlock);
+  const int64_t act_block = num.act_block;
+  const int64_t bd = kernels::int8_block_count(d, act_block), bi = kernels::int8_block_count(I, act_block);
   // Kept across calls (no allocation per token); the lambdas below use the pointers, since a
   // thread_local named inside them would be the executing thread's own.
   thread_local std::vector<int8_t> q_in_buf, q_h_buf;
@@ -113,7 +114,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
     q_h = q_h_buf.data();
     s_h = s_h_buf.data();
     ctx.pool->parallel_for(P, 16, [&](int64_t b, int64_t e) {
-      kernels::quantize_int8_blocks(xg + b * d, e - b, d, d, kFastActBlock, q_in + b * d, d, s_in + b * bd, bd);
+      kernels::quantize_int8_blocks(xg + b * d, e - b, d, d, act_block, q_in + b * d, d, s_in + b * bd, bd);
     });
   }
   std::vector<Int8Call> int8_calls;
@@ -141,7 +142,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   }
   calls.push_back({&w.shared.w1, x_in, N, d, sg, Is});
   calls.push_back({&w.shared.w3, x_in, N, d, su, Is});
-  run_int8(int8_calls, ctx.pool);
+  run_int8(int8_calls, act_block, ctx.pool);
   kernels::linear_forward_many(calls, ctx.pool);
 
   // ---- clamped SwiGLU, route weight applied before the down projection ----
@@ -158,7 +159,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
       num.bf16(hj, width);
       num.act_quant(hj, width);
       if (fast && !shared) {
-        kernels::quantize_int8_blocks(hj, 1, I, I, kFastActBlock, q_h + j * I, I, s_h + j * bi, bi);
+        kernels::quantize_int8_blocks(hj, 1, I, I, act_block, q_h + j * I, I, s_h + j * bi, bi);
       }
     }
   });
@@ -179,7 +180,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
     calls.push_back({&w.experts[e].w2, h + start[e] * I, n, I, og + start[e] * d, d});
   }
   calls.push_back({&w.shared.w2, sh, N, Is, so, d});
-  run_int8(int8_calls, ctx.pool);
+  run_int8(int8_calls, act_block, ctx.pool);
   kernels::linear_forward_many(calls, ctx.pool);
 
   // ---- per row: routed outputs in ascending expert id (ties by slot), then the shared expert ----

@@ -1,4 +1,5 @@
-// Mixture of experts of DeepSeek-V4 (model-v4.md §2.11): sqrt-softplus router scores, selection by
+// Mixture of experts of DeepSeek-V4 (model-v4.md §2.11): sqrt-softplus router scores (model/layers/router.h,
+// shared with V4.1), selection by
 // the token id table (hash layers) or by top-k of score + bias (bias for selection only), weights
 // renormalised over the chosen experts and scaled, clamped SwiGLU experts with the route weight
 // applied before the down projection, plus the shared expert (same clamp).
@@ -11,8 +12,5 @@ namespace dsinfer::model::deepseek_v4 {
 
 // x: [N][d] (ffn_norm output) → y: [N][d].
 void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, const float* x, float* y);
-
-// sqrt(softplus(x)), in the overflow-safe form max(x, 0) + log1p(exp(−|x|)).
-float sqrt_softplus(float x);
 
 }  // namespace dsinfer::model::deepseek_v4

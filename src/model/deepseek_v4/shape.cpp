@@ -18,6 +18,7 @@ ModelShape ModelShape::build(const ModelConfig& c, const Numerics& numerics, int
   ModelShape s;
   s.config = c;
   s.numerics = numerics;
+  s.numerics.act_block = c.activation_block;
   const std::string src = "config of the DeepSeek-V4 forward";
   DSINFER_CHECK(c.architecture.empty() || c.architecture == "DeepseekV4ForCausalLM", src, ": architecture ",
                 c.architecture, " is not DeepseekV4ForCausalLM",
@@ -98,8 +99,8 @@ ModelShape ModelShape::build(const ModelConfig& c, const Numerics& numerics, int
   s.rope_freqs[kRopePlain] = kernels::rope_frequencies(plain);
   s.rope_freqs[kRopeCompressed] = kernels::rope_frequencies(compressed);
 
-  s.kv = KvCodec(s.head_dim, s.rope_dim, numerics.kv_qdq, numerics.reference());
-  s.key = IndexKeyCodec(s.index_dim, numerics.kv_qdq);
+  s.kv = KvCodec(s.head_dim, s.rope_dim, numerics.kv_qdq, numerics.reference(), kKvFp8Block);
+  s.key = IndexKeyCodec(s.index_dim, numerics.kv_qdq, kIndexKeyFp4Block);
   std::vector<int64_t> ratios;
   for (int64_t l = 0; l < s.n_layers; ++l) ratios.push_back(s.layers[l].ratio);
   s.blocks = std::make_shared<BlockLayout>(s.block_tokens, ratios, s.kv, s.key);

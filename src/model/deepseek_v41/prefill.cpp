@@ -16,6 +16,8 @@
 #include "kernels/cpu/vec.h"
 #include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/state_range.h"
+#include "model/layers/mhc.h"
+#include "model/layers/router.h"
 
 namespace dsinfer::model::deepseek_v41 {
 namespace {
@@ -35,46 +37,21 @@ struct Lin {
 class Weights {
  public:
   Weights(const Checkpoint& ck, bool double_accumulation)
-      : ck_(ck), block_(ck.config().weight_block), double_(double_accumulation) {}
+      : ck_(ck), double_(double_accumulation) {}
 
-  // A linear weight as kernels::Linear takes it. BF16, F32 and FP4 (1x32 scales, as in V4) go as
-  // stored; FP8 with V4.1's 32x32 scale blocks is decoded, since the kernels' FP8 path reads 128x128
-  // blocks: to BF16 (E4M3 x a power of two fits bf16's 8 bits of precision: exact, half the bytes of
-  // fp32), or to fp32 should a value not fit (a scale below bf16's normal range). The buffers must
-  // outlive the Linear's construction.
-  kernels::WeightView view(const std::string& prefix, std::vector<uint16_t>& bf16, Vec& decoded) const {
+  // A linear weight as kernels::Linear takes it, as stored: BF16, F32, FP4 (1x32 scales, as in V4) and
+  // FP8 with V4.1's 32x32 scale blocks (the view carries the block; the packed FP8 products take it).
+  kernels::WeightView view(const std::string& prefix) const {
     const TensorView& t = ck_.get(prefix + ".weight");
     const int64_t rows = t.shape.at(0);
     switch (t.dtype) {
       case DType::kBF16:
       case DType::kF32:
+      case DType::kF8E4M3:
         return ck_.linear(prefix, rows, t.shape.at(1));
       case DType::kI8:
       case DType::kU8:
         return ck_.linear(prefix, rows, t.shape.at(1) * 2);
-      case DType::kF8E4M3: {
-        const int64_t cols = t.shape.at(1);
-        const TensorView& s = ck_.get(prefix + ".scale");
-        const int64_t scols = (cols + block_ - 1) / block_;
-        decoded.resize(static_cast<size_t>(rows * cols));
-        bf16.resize(decoded.size());
-        bool exact = true;
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < cols; ++c) {
-            const float x = core::fp8_e4m3_to_float(t.data[r * cols + c]) * scale(s, (r / block_) * scols + c / block_);
-            decoded[r * cols + c] = x;
-            bf16[r * cols + c] = core::float_to_bf16(x);
-            exact = exact && core::bf16_to_float(bf16[r * cols + c]) == x;
-          }
-        }
-        kernels::WeightView v;
-        v.format = exact ? kernels::WeightFormat::kBF16 : kernels::WeightFormat::kF32;
-        v.rows = rows;
-        v.cols = cols;
-        v.data = exact ? static_cast<const void*>(bf16.data()) : decoded.data();
-        v.name = prefix;
-        return v;
-      }
       default:
         core::fail("V4.1 prefill: weight '", t.name, "' has an unsupported dtype");
     }
@@ -133,9 +110,7 @@ class Weights {
     const std::string key = core::str_cat(prefix, "#", begin, ":", end);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    std::vector<uint16_t> bf16;
-    Vec decoded;
-    kernels::WeightView v = view(prefix, bf16, decoded);
+    kernels::WeightView v = view(prefix);
     if (end >= 0) v = kernels::slice_rows(v, begin, end);
     Lin l;
     l.rows = v.rows;
@@ -152,7 +127,6 @@ class Weights {
   }
 
   const Checkpoint& ck_;
-  int64_t block_;
   bool double_;
   mutable std::map<std::string, Lin> cache_;
 };
@@ -718,7 +692,7 @@ class Prefill {
     replayed_ = true;
   }
 
-  // §2.3 HCMix of the current streams.
+  // §2.3 HCMix of the current streams (the coefficients and Sinkhorn shared with V4: model/layers/mhc.h).
   Mix hc_mix(const std::string& prefix) const {
     const Vec fn = w_.vec(prefix + "_fn"), base = w_.vec(prefix + "_base"), sc = w_.vec(prefix + "_scale");
     const int64_t mixes = (2 + hc_) * hc_, n = hc_ * d_;
@@ -728,43 +702,13 @@ class Prefill {
     m.post.resize(static_cast<size_t>(T_ * hc_));
     m.comb.resize(static_cast<size_t>(T_ * hc_ * hc_));
     pool_.parallel_for(T_, 1, [&](int64_t tb, int64_t te) {
-      std::vector<double> mix(static_cast<size_t>(mixes)), cb(static_cast<size_t>(hc_ * hc_));
+      std::vector<double> mix(static_cast<size_t>(mixes));
       for (int64_t t = tb; t < te; ++t) {
         const float* v = X_.data() + t * n;
         const double rho = 1.0 / std::sqrt(dot(v, v, n) / n + eps);
         for (int64_t k = 0; k < mixes; ++k) mix[k] = dot(v, fn.data() + k * n, n) * rho;
-        for (int64_t j = 0; j < hc_; ++j) {
-          m.pre[t * hc_ + j] = sigmoid(mix[j] * sc[0] + base[j]) + hc_eps;
-          m.post[t * hc_ + j] = 2 * sigmoid(mix[hc_ + j] * sc[1] + base[hc_ + j]);
-        }
-        for (int64_t k = 0; k < hc_ * hc_; ++k) cb[k] = mix[2 * hc_ + k] * sc[2] + base[2 * hc_ + k];
-        // Sinkhorn (V4 §2.3.1): row softmax + eps, column normalisation, then iters-1 x (row, column).
-        for (int64_t a = 0; a < hc_; ++a) {
-          double mx = -INFINITY, s = 0;
-          for (int64_t b = 0; b < hc_; ++b) mx = std::max(mx, cb[a * hc_ + b]);
-          for (int64_t b = 0; b < hc_; ++b) s += std::exp(cb[a * hc_ + b] - mx);
-          for (int64_t b = 0; b < hc_; ++b) cb[a * hc_ + b] = std::exp(cb[a * hc_ + b] - mx) / s + hc_eps;
-        }
-        auto cols = [&] {
-          for (int64_t b = 0; b < hc_; ++b) {
-            double s = 0;
-            for (int64_t a = 0; a < hc_; ++a) s += cb[a * hc_ + b];
-            for (int64_t a = 0; a < hc_; ++a) cb[a * hc_ + b] /= s + hc_eps;
-          }
-        };
-        auto rows = [&] {
-          for (int64_t a = 0; a < hc_; ++a) {
-            double s = 0;
-            for (int64_t b = 0; b < hc_; ++b) s += cb[a * hc_ + b];
-            for (int64_t b = 0; b < hc_; ++b) cb[a * hc_ + b] /= s + hc_eps;
-          }
-        };
-        cols();
-        for (int64_t it = 1; it < c_.hc_sinkhorn_iters; ++it) {
-          rows();
-          cols();
-        }
-        std::copy(cb.begin(), cb.end(), m.comb.begin() + t * hc_ * hc_);
+        layers::hc_coefficients(mix.data(), sc.data(), base.data(), hc_, c_.hc_sinkhorn_iters, hc_eps,
+                                m.pre.data() + t * hc_, m.post.data() + t * hc_, m.comb.data() + t * hc_ * hc_);
       }
     });
     return m;
@@ -1229,21 +1173,17 @@ class Prefill {
     const Vec logits = opt_.double_accumulation ? Vec() : matmul(pool_, f, T_, gate);
     std::vector<std::vector<int64_t>> sel(static_cast<size_t>(T_));
     std::vector<std::vector<double>> wt(static_cast<size_t>(T_));
+    // V4.1's variant of the shared router: gate_temp, and the renormalisation only with norm_topk_prob
+    // and more than one expert, over the sum + 1e-20.
+    const layers::RouterSpec spec{c_.gate_temp, c_.norm_topk_prob && k > 1, 1e-20, c_.routed_scaling_factor};
     for (int64_t t = 0; t < T_; ++t) {
       std::vector<double> sig(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
-      for (int64_t e = 0; e < E; ++e) {
-        const double l = (logits.empty() ? dot(f.data() + t * d_, gate.row(e), d_) : logits[t * E + e]) / c_.gate_temp;
-        sig[e] = std::sqrt(std::max(l, 0.0) + std::log1p(std::exp(-std::fabs(l))));
-        biased[e] = sig[e] + bias[e];
-      }
+      for (int64_t e = 0; e < E; ++e) sig[e] = logits.empty() ? dot(f.data() + t * d_, gate.row(e), d_) : logits[t * E + e];
+      layers::router_scores(sig.data(), E, spec);
+      for (int64_t e = 0; e < E; ++e) biased[e] = sig[e] + bias[e];
       sel[t] = topk(biased, k);
-      double sum = 0;
-      for (int64_t e : sel[t]) sum += sig[e];
-      for (int64_t e : sel[t]) {
-        double w = sig[e];
-        if (c_.norm_topk_prob && k > 1) w /= sum + 1e-20;
-        wt[t].push_back(w * c_.routed_scaling_factor);
-      }
+      wt[t].resize(sel[t].size());
+      layers::route_weights(sig.data(), sel[t].data(), static_cast<int64_t>(sel[t].size()), spec, wt[t].data());
     }
     std::vector<double> acc(static_cast<size_t>(T_ * d_), 0.0);
     for (int64_t e = 0; e < E; ++e) {

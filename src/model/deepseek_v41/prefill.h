@@ -1,8 +1,8 @@
 // The forward of DeepSeek-V4.1 (model-v41.md §2): logits of every position fed, in one pass, in chunks
 // or token by token. One layer over the whole chunk at a time, driven by the config's layer roles, fp32
 // activations: the products, sink attention, indexer scores and SwiGLU on the project's kernels
-// (kernels::Linear prepared once per weight: BF16 and FP4 as stored, FP8 32x32 blocks decoded exactly
-// to BF16 since the kernels' FP8 path reads 128x128 blocks), the small glue (norms, mHC, routing) in
+// (kernels::Linear prepared once per weight, every format as stored: BF16, FP4, and FP8 with its 32x32
+// scale blocks, which the packed FP8 products take as a parameter), the small glue (norms, mHC, routing) in
 // double. For `dsinfer logits`, the golden tests against reference/model_v41.py and the engine
 // (src/engine/deepseek_v41: several sequences in one pass with Sequence::forward_batch, blocks as
 // state ranges).

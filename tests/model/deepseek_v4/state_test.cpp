@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <random>
 
 #include <xxhash.h>
 
+#include "kernels/cpu/qdq.h"
 #include "model/deepseek_v4/kv_codec.h"
 #include "model/deepseek_v4/position_ring.h"
 #include "test_models.h"
@@ -346,6 +348,46 @@ TEST(V4KvCodec, DecodeGivesExactlyTheQdqValues) {
   EXPECT_EQ(key.bytes(), 64 + 4);  // model-v4.md §3.1: 68 B per indexer key
   KvCodec flash(512, 64, true, true);
   EXPECT_EQ(flash.bytes(), 583);   // §3.1: 583 B per KV entry
+}
+
+// The codecs' blocks are parameters (V4's 64 / 32 are the defaults): another block changes the stored
+// bytes and the values are exactly the QDQ with that block.
+TEST(V4KvCodec, BlocksAreParameters) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  std::vector<float> x(512), y(512);
+  for (auto& v : x) v = dist(rng);
+  auto want = x;
+  kernels::fp8_block_qdq(want.data(), 448, 32);
+  KvCodec kv(512, 64, true, false, 32);
+  EXPECT_EQ(kv.bytes(), 448 + 448 / 32 + 64 * 4);
+  std::vector<uint8_t> bytes(kv.bytes());
+  auto enc = x;
+  kv.encode(enc.data(), bytes.data());
+  kv.decode(bytes.data(), y.data());
+  EXPECT_EQ(first_difference(y, want), -1);
+  EXPECT_EQ(first_difference(enc, want), -1);
+  std::vector<float> k(128), kd(128);
+  for (auto& v : k) v = dist(rng);
+  auto kwant = k;
+  kernels::fp4_block_qdq(kwant.data(), 128, 16);
+  IndexKeyCodec key(128, true, 16);
+  EXPECT_EQ(key.bytes(), 64 + 8);
+  std::vector<uint8_t> kb(key.bytes());
+  key.encode(k.data(), kb.data());
+  key.decode(kb.data(), kd.data());
+  EXPECT_EQ(first_difference(kd, kwant), -1);
+  EXPECT_THROW(KvCodec(512, 64, true, false, 48), core::Error);  // 448 is no multiple of 48
+}
+
+// The activation block of reference / fast numerics comes from the config (V4: 128, V4.1: 32).
+TEST_F(V4State, ShapeTakesTheActivationBlockFromTheConfig) {
+  EXPECT_EQ(model_->shape().numerics.act_block, 128);
+  ModelConfig c = model_->config();
+  c.activation_block = 32;
+  Numerics fast;
+  fast.mode = NumericsMode::kFast;
+  EXPECT_EQ(ModelShape::build(c, fast, 1).numerics.act_block, 32);
 }
 
 TEST(V4PositionRing, KeepsRowsByPositionAcrossGrowthAndTruncation) {

@@ -1,14 +1,15 @@
-// Properties of the small layer pieces against their definitions (model-v4.md §2.3, §2.11).
+// The shared mHC pieces against their definitions (model-v4.md §2.3.1), in both scalars: double (V4.1's
+// glue) bit for bit, float (V4's) within float rounding.
+#include "model/layers/mhc.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "model/deepseek_v4/mhc.h"
-#include "model/deepseek_v4/moe.h"
-
-namespace dsinfer::model::deepseek_v4 {
+namespace dsinfer::model::layers {
 namespace {
 
 // float64 Sinkhorn exactly as §2.3.1 step 5 writes it.
@@ -38,7 +39,9 @@ std::vector<double> sinkhorn_f64(std::vector<double> c, int hc, int iters, doubl
   return c;
 }
 
-TEST(V4Sinkhorn, MatchesDefinitionAndIsNearlyDoublyStochastic) {
+double sigmoid_f64(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+TEST(LayersSinkhorn, MatchesDefinitionAndIsNearlyDoublyStochastic) {
   std::mt19937 rng(4);
   std::normal_distribution<float> dist(0.0f, 3.0f);
   for (int trial = 0; trial < 50; ++trial) {
@@ -48,7 +51,9 @@ TEST(V4Sinkhorn, MatchesDefinitionAndIsNearlyDoublyStochastic) {
     std::vector<double> cd(c.begin(), c.end());
     const auto ref = sinkhorn_f64(cd, hc, 20, 1e-6);
     sinkhorn(c.data(), hc, 20, 1e-6f);
+    sinkhorn(cd.data(), hc, 20, 1e-6);
     for (int i = 0; i < hc * hc; ++i) {
+      ASSERT_EQ(cd[i], ref[i]) << i;  // double: the definition's operations, in its order
       ASSERT_NEAR(c[i], ref[i], 1e-5) << i;
       ASSERT_GE(c[i], 0.0f);
     }
@@ -70,12 +75,41 @@ TEST(V4Sinkhorn, MatchesDefinitionAndIsNearlyDoublyStochastic) {
   for (int i = 0; i < 16; ++i) EXPECT_NEAR(c[i], ref[i], 1e-6);
 }
 
-TEST(V4Router, SqrtSoftplusMatchesDefinition) {
-  for (double x : {-50.0, -5.0, -0.3, 0.0, 0.7, 3.0, 19.0, 25.0, 80.0}) {
-    const double ref = std::sqrt(std::log1p(std::exp(x)));
-    EXPECT_NEAR(sqrt_softplus(static_cast<float>(x)), ref, 1e-6 * std::max(1.0, ref)) << x;
+TEST(LayersHc, CoefficientsFollowTheDefinitionInEitherScalar) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 1.5f);
+  for (int hc : {1, 2, 4}) {
+    const int mixes = (2 + hc) * hc;
+    std::vector<float> mf(mixes), base(mixes), scale(3);
+    for (auto& v : mf) v = dist(rng);
+    for (auto& v : base) v = dist(rng);
+    for (auto& v : scale) v = dist(rng);
+    std::vector<double> md(mf.begin(), mf.end());
+    // The definition in double.
+    std::vector<double> pre(hc), post(hc), comb(hc * hc);
+    for (int j = 0; j < hc; ++j) {
+      pre[j] = sigmoid_f64(md[j] * scale[0] + base[j]) + 1e-6;
+      post[j] = 2 * sigmoid_f64(md[hc + j] * scale[1] + base[hc + j]);
+    }
+    for (int i = 0; i < hc * hc; ++i) comb[i] = md[2 * hc + i] * scale[2] + base[2 * hc + i];
+    comb = sinkhorn_f64(comb, hc, 20, 1e-6);
+
+    std::vector<double> pd(hc), qd(hc), cd(hc * hc);
+    hc_coefficients(md.data(), scale.data(), base.data(), hc, 20, 1e-6, pd.data(), qd.data(), cd.data());
+    std::vector<float> pf(hc), qf(hc), cf(hc * hc);
+    hc_coefficients(mf.data(), scale.data(), base.data(), hc, 20, 1e-6f, pf.data(), qf.data(), cf.data());
+    for (int j = 0; j < hc; ++j) {
+      EXPECT_EQ(pd[j], pre[j]) << hc << " " << j;
+      EXPECT_EQ(qd[j], post[j]) << hc << " " << j;
+      EXPECT_NEAR(pf[j], pre[j], 1e-6) << hc << " " << j;
+      EXPECT_NEAR(qf[j], post[j], 2e-6) << hc << " " << j;
+    }
+    for (int i = 0; i < hc * hc; ++i) {
+      EXPECT_EQ(cd[i], comb[i]) << hc << " " << i;
+      EXPECT_NEAR(cf[i], comb[i], 1e-5) << hc << " " << i;
+    }
   }
 }
 
 }  // namespace
-}  // namespace dsinfer::model::deepseek_v4
+}  // namespace dsinfer::model::layers

@@ -274,14 +274,6 @@ int run_bench(int argc, char** argv) {
       static_cast<long long>(decode_tokens), static_cast<long long>(prompt_len + warmup), decode_tps,
       sorted[sorted.size() / 2] * 1e3, sorted.front() * 1e3, sorted.back() * 1e3, roofline_tps, bw / 1e9,
       100.0 * decode_tps / roofline_tps);
-  if (config.arch == model::Architecture::kDeepseekV41) {
-    // The bound of what this forward does, beside the checkpoint's (which a forward reading FP8 as stored
-    // would have).
-    const double prepared_tps = bw / traffic.prepared;
-    std::printf("as the V4.1 forward reads them (FP8 weights decoded to BF16): %.1f MB per token; roofline %.1f "
-                "tok/s; %.0f%% of it\n",
-                traffic.prepared / 1e6, prepared_tps, 100.0 * decode_tps / prepared_tps);
-  }
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/linear_packed.h"
 #include "kernels/cpu/targets.h"
 
 namespace dsinfer::kernels {
@@ -600,6 +602,38 @@ TEST(Linear, RejectsBadWeights) {
   const Linear lin(ok.view);
   std::vector<float> x(8), y(4);
   EXPECT_THROW(lin.forward(x.data(), 1, 4, y.data(), 4, nullptr), core::Error);  // ldx < cols
+}
+
+// Packed weights from 16 KiB up to 2 MiB (a MoE layer's experts) are slices of shared huge-page-advised
+// chunks: consecutive ones are adjacent, each is zeroed even where a freed neighbour was written.
+TEST(PackedBytes, MidSizedWeightsAreZeroedAdjacentSlicesOfAChunk) {
+  constexpr int64_t kN = 300000, kStep = (kN + 63) / 64 * 64;
+  {
+    detail::Bytes dirty = detail::allocate_bytes(kN);
+    std::memset(dirty.get(), 0xFF, kN);
+  }
+  detail::Bytes a = detail::allocate_bytes(kN), b = detail::allocate_bytes(kN), c = detail::allocate_bytes(kN);
+  // At most one chunk change among three allocations of 300 kB in chunks of 32 MiB.
+  EXPECT_TRUE(b.get() - a.get() == kStep || c.get() - b.get() == kStep);
+  for (const detail::Bytes* p : {&a, &b, &c}) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p->get()) % 64, 0u);
+    EXPECT_TRUE(std::all_of(p->get(), p->get() + kN, [](uint8_t v) { return v == 0; }));
+  }
+}
+
+// A chunk is unmapped once the arena has moved on and its last slice is freed.
+TEST(PackedBytes, ChunksAreUnmappedWhenTheirSlicesAreFreed) {
+  constexpr int64_t kSlice = int64_t{1} << 20;
+  const int64_t before = detail::arena_chunks_mapped();
+  {
+    std::vector<detail::Bytes> slices;
+    // Untouched: no page is faulted in, so the test costs no memory.
+    for (int64_t i = 0; i < 3 * detail::kArenaChunkBytes / kSlice; ++i) {
+      slices.push_back(detail::allocate_bytes(kSlice));
+    }
+    EXPECT_GE(detail::arena_chunks_mapped(), before + 2);
+  }
+  EXPECT_LE(detail::arena_chunks_mapped(), before + 1);
 }
 
 }  // namespace

@@ -8,8 +8,6 @@
 #include <cstring>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "kernels/cpu/linear_fp8bf16.h"
@@ -222,34 +220,6 @@ void check_call(const Linear& l, const float* x, int64_t M, int64_t ldx, float* 
 }
 
 }  // namespace
-
-void detail::FreeBytes::operator()(uint8_t* p) const {
-  if (map != nullptr) {
-    munmap(map, map_length);
-  } else {
-    std::free(p);
-  }
-}
-
-detail::Bytes detail::allocate_bytes(int64_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 64));
-  if (n < kHuge) {
-    void* p = nullptr;
-    DSINFER_CHECK(posix_memalign(&p, 64, n) == 0, "out of memory allocating ", bytes, " bytes for a Linear weight");
-    std::memset(p, 0, n);
-    return Bytes(static_cast<uint8_t*>(p));
-  }
-  // Fresh anonymous pages are zero; over-map by 2 MiB to align the start.
-  const size_t length = (n + kHuge - 1) / kHuge * kHuge + kHuge;
-  void* map = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  DSINFER_CHECK(map != MAP_FAILED, "out of memory mapping ", bytes, " bytes for a Linear weight");
-  const uintptr_t start = (reinterpret_cast<uintptr_t>(map) + kHuge - 1) / kHuge * kHuge;
-#ifdef MADV_HUGEPAGE
-  madvise(reinterpret_cast<void*>(start), length - (start - reinterpret_cast<uintptr_t>(map)), MADV_HUGEPAGE);
-#endif
-  return Bytes(reinterpret_cast<uint8_t*>(start), FreeBytes{map, length});
-}
 
 int64_t detail::PackedWeight::bytes() const {
   int64_t b = panels * panel_bytes;

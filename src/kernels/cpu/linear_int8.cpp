@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -15,6 +16,7 @@
 
 namespace dsinfer::kernels {
 
+using detail::allocate_bytes;
 using detail::Int8PackedWeight;
 using detail::kInt8Group;
 using detail::kInt8OctetBytes;
@@ -23,7 +25,7 @@ using detail::kInt8PanelRows;
 struct Fp4Int8Linear::Packed : Int8PackedWeight {};
 
 float Int8PackedWeight::half_scale_at(int64_t at) const {
-  return bf16_scales ? std::bit_cast<float>(uint32_t{half_scale_bf16[at]} << 16) : half_scale[at];
+  return bf16_scales ? std::bit_cast<float>(uint32_t{half_scale_bf16()[at]} << 16) : half_scale_f32()[at];
 }
 
 namespace {
@@ -104,11 +106,12 @@ Fp4Int8Linear::Fp4Int8Linear(const WeightView& w) {
   p->panels = (w.rows + kInt8PanelRows - 1) / kInt8PanelRows;
   p->groups = w.cols / kInt8Group;
   const int64_t octets = w.cols / 8;
-  p->nibbles.assign(p->panels * octets * kInt8OctetBytes, 0);
+  p->nibble_bytes = p->panels * octets * kInt8OctetBytes;
+  p->nibbles = allocate_bytes(p->nibble_bytes);
   std::vector<float> half_scale(p->panels * p->groups * kInt8PanelRows, 0.0f);
   for (int64_t n = 0; n < w.rows; ++n) {
     const int64_t pn = n / kInt8PanelRows, r = n % kInt8PanelRows;
-    uint8_t* panel = p->nibbles.data() + pn * octets * kInt8OctetBytes;
+    uint8_t* panel = p->nibbles.get() + pn * octets * kInt8OctetBytes;
     for (int64_t o = 0; o < octets; ++o) {
       for (int64_t j = 0; j < 4; ++j) {
         const uint8_t lo = fp4_code(w, n, 8 * o + j), hi = fp4_code(w, n, 8 * o + 4 + j);
@@ -122,12 +125,14 @@ Fp4Int8Linear::Fp4Int8Linear(const WeightView& w) {
   }
   p->bf16_scales = std::all_of(half_scale.begin(), half_scale.end(),
                                [](float s) { return (std::bit_cast<uint32_t>(s) & 0xFFFFu) == 0; });
+  p->half_scale_bytes = static_cast<int64_t>(half_scale.size()) * (p->bf16_scales ? 2 : 4);
+  p->half_scales = allocate_bytes(p->half_scale_bytes);
   if (p->bf16_scales) {
-    p->half_scale_bf16.resize(half_scale.size());
+    auto* dst = reinterpret_cast<uint16_t*>(p->half_scales.get());
     for (size_t i = 0; i < half_scale.size(); ++i)
-      p->half_scale_bf16[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(half_scale[i]) >> 16);
+      dst[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(half_scale[i]) >> 16);
   } else {
-    p->half_scale = std::move(half_scale);
+    std::memcpy(p->half_scales.get(), half_scale.data(), half_scale.size() * 4);
   }
   packed_ = std::move(p);
 }
@@ -137,8 +142,7 @@ int64_t Fp4Int8Linear::cols() const { return packed_ ? packed_->cols : 0; }
 
 int64_t Fp4Int8Linear::bytes() const {
   if (!packed_) return 0;
-  return static_cast<int64_t>(packed_->nibbles.size() + packed_->half_scale_bf16.size() * 2 +
-                              packed_->half_scale.size() * 4);
+  return packed_->nibble_bytes + packed_->half_scale_bytes;
 }
 
 void Fp4Int8Linear::forward_quantized(const int8_t* q, int64_t ldq, const float* xs, int64_t lds, int64_t M,

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/linear_packed.h"
+
 namespace dsinfer::kernels::detail {
 
 inline constexpr int64_t kInt8PanelRows = 16;
@@ -26,14 +28,19 @@ struct Int8PackedWeight {
   int64_t cols = 0;
   int64_t panels = 0;
   int64_t groups = 0;  // cols / 32
-  std::vector<uint8_t> nibbles;            // [panels][cols / 8][64]
-  bool bf16_scales = false;                // which of the two below holds the half scales
-  std::vector<uint16_t> half_scale_bf16;   // [panels][groups][16] when bf16_scales
-  std::vector<float> half_scale;           // [panels][groups][16] otherwise
+  // In huge-page-advised memory (allocate_bytes): a decode step reads a few experts' panels of every
+  // MoE layer, each expert smaller than a huge page.
+  Bytes nibbles;  // [panels][cols / 8][64]
+  int64_t nibble_bytes = 0;
+  bool bf16_scales = false;  // half_scales holds bf16, else f32
+  Bytes half_scales;         // [panels][groups][16]
+  int64_t half_scale_bytes = 0;
 
   float half_scale_at(int64_t at) const;
+  const uint16_t* half_scale_bf16() const { return reinterpret_cast<const uint16_t*>(half_scales.get()); }
+  const float* half_scale_f32() const { return reinterpret_cast<const float*>(half_scales.get()); }
 
-  const uint8_t* panel(int64_t p) const { return nibbles.data() + p * (cols / 8) * kInt8OctetBytes; }
+  const uint8_t* panel(int64_t p) const { return nibbles.get() + p * (cols / 8) * kInt8OctetBytes; }
 };
 
 // Computes panels [p_begin, p_end) for M rows of quantized x into y (only rows < w.rows are stored),

@@ -119,7 +119,7 @@ HWY_INLINE VFl LoadBf16(const uint16_t* p) {
 }
 #endif
 HWY_INLINE VFl LoadHalfScale(const Int8PackedWeight& w, int64_t at) {
-  return w.bf16_scales ? LoadBf16(w.half_scale_bf16.data() + at) : LoadF(w.half_scale.data() + at);
+  return w.bf16_scales ? LoadBf16(w.half_scale_bf16() + at) : LoadF(w.half_scale_f32() + at);
 }
 constexpr int kNV = static_cast<int>(kInt8PanelRows / kL);  // vectors per panel
 

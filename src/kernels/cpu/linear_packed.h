@@ -42,15 +42,24 @@ inline constexpr int64_t kFp4Group = 32;
 inline constexpr int kFp8Bias = 120;  // decoded FP8 bits are fp8 · 2^-120
 inline constexpr int kFp4Bias = 126;  // decoded FP4 bits are e2m1 · 2^-126
 
+struct ArenaChunk;
 struct FreeBytes {
-  void* map = nullptr;  // mmap'd region (large allocations), else the pointer came from malloc
+  void* map = nullptr;  // mmap'd region (large allocations)
   size_t map_length = 0;
+  ArenaChunk* chunk = nullptr;  // shared arena chunk (mid-sized allocations); neither: from malloc
   void operator()(uint8_t* p) const;
 };
-// Zeroed, 64-byte aligned; from 2 MiB up a fresh mapping, 2 MiB aligned and advised for transparent
-// huge pages (fewer page faults while packing, fewer TLB misses while streaming the weights).
+// Zeroed, 64-byte aligned, in memory advised for transparent huge pages (fewer page faults while
+// packing, fewer TLB misses while streaming the weights): from 2 MiB up a fresh 2 MiB aligned mapping;
+// from kArenaMinBytes up a slice of a shared 2 MiB aligned arena chunk, since a MoE layer's many
+// experts are each smaller than a huge page; below that, malloc.
 using Bytes = std::unique_ptr<uint8_t[], FreeBytes>;
 Bytes allocate_bytes(int64_t bytes);
+inline constexpr int64_t kArenaMinBytes = int64_t{16} << 10;
+inline constexpr int64_t kArenaChunkBytes = int64_t{32} << 20;
+// Arena chunks mapped now (the one being filled included); a chunk is unmapped once it is no longer
+// being filled and its last slice is freed.
+int64_t arena_chunks_mapped();
 
 struct PackedWeight {
   WeightFormat format = WeightFormat::kF32;

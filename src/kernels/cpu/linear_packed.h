@@ -45,7 +45,7 @@ inline constexpr int kFp4Bias = 126;  // decoded FP4 bits are e2m1 · 2^-126
 struct ArenaChunk;
 struct FreeBytes {
   void* map = nullptr;  // mmap'd region (large allocations)
-  size_t map_length = 0;
+  size_t map_length = 0;  // of the mapping; for an arena slice, the slice's bytes
   ArenaChunk* chunk = nullptr;  // shared arena chunk (mid-sized allocations); neither: from malloc
   void operator()(uint8_t* p) const;
 };

@@ -8,7 +8,6 @@
 
 #include "kernels/cpu/index_score.h"
 #include "kernels/cpu/sink_attention.h"
-#include "kernels/cpu/softmax_pool.h"
 #include "kernels/cpu/targets.h"
 #include "random_data.h"
 
@@ -164,27 +163,6 @@ TEST(IndexScores, EveryTargetMatchesScalarAndDefinition) {
         ASSERT_EQ(one[0], out[5]) << target.name;
       }
     }
-  }
-}
-
-TEST(SoftmaxPool, MatchesDefinitionAndSkipsMinusInfinity) {
-  const int64_t dim = 9, n = 6;
-  const auto v = random_vec(n * dim, 21);
-  auto s = random_vec(n * dim, 22, 2.0f);
-  for (int64_t c = 0; c < dim; c += 2) s[0 * dim + c] = -INFINITY;  // first candidate absent on even channels
-  std::vector<const float*> vp, sp;
-  for (int64_t t = 0; t < n; ++t) {
-    vp.push_back(v.data() + t * dim);
-    sp.push_back(s.data() + t * dim);
-  }
-  std::vector<float> out(dim), scratch(2 * dim);
-  softmax_pool(vp.data(), sp.data(), n, dim, out.data(), scratch.data());
-  for (int64_t c = 0; c < dim; ++c) {
-    double m = -INFINITY, z = 0, acc = 0;
-    for (int64_t t = 0; t < n; ++t) m = std::max(m, static_cast<double>(s[t * dim + c]));
-    for (int64_t t = 0; t < n; ++t) z += std::exp(s[t * dim + c] - m);
-    for (int64_t t = 0; t < n; ++t) acc += std::exp(s[t * dim + c] - m) / z * v[t * dim + c];
-    EXPECT_NEAR(out[c], acc, 1e-6) << c;
   }
 }
 

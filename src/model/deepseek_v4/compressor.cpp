@@ -5,7 +5,7 @@
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/softmax_pool.h"
+#include "model/layers/pool.h"
 
 namespace dsinfer::model::deepseek_v4 {
 namespace {
@@ -60,12 +60,12 @@ void compressor_forward(const CompressorWeights& w, const LayerShape& ls, bool i
       ptrs[n + p - first] = row + cw + half;
     }
     float* z = ctx.ws->tf(thread, 0, D);
-    float* scratch = ctx.ws->tf(thread, 1, 2 * D + 2 * pairs);
-    kernels::softmax_pool(ptrs.data(), ptrs.data() + n, n, D, z, scratch);
+    float* scratch = ctx.ws->tf(thread, 1, 3 * D + 2 * pairs);
+    layers::softmax_pool(ptrs.data(), ptrs.data() + n, n, D, layers::PoolOrder::kSoftmaxFirst, z, scratch);
     num.bf16(z, D);
     kernels::rmsnorm(z, w.norm.data(), D, s.eps, z);
     num.bf16(z, D);
-    float* cs = scratch + 2 * D;
+    float* cs = scratch + 3 * D;
     kernels::rope_cos_sin(freqs.data(), pairs, g * r, cs, cs + pairs);
     kernels::rope_rotate(z + D - s.rope_dim, cs, cs + pairs, pairs, false);
     num.bf16(z, D);

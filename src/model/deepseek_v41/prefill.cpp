@@ -17,6 +17,7 @@
 #include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/state_range.h"
 #include "model/layers/mhc.h"
+#include "model/layers/pool.h"
 #include "model/layers/router.h"
 
 namespace dsinfer::model::deepseek_v41 {
@@ -836,14 +837,13 @@ class Prefill {
     const int64_t G0 = s.G, G1 = (pos0_ + T_) / ratio, n = G1 - G0;
     if (n == 0) return;
     Vec z(static_cast<size_t>(n * hd));
+    std::vector<double> scratch(ratio == 2 ? 3 * hd : 0);
     for (int64_t e = G0; e < G1; ++e) {
       float* ze = z.data() + (e - G0) * hd;
       if (ratio == 2) {
-        for (int64_t ch = 0; ch < hd; ++ch) {
-          const double s0 = s.g[(2 * e) * hd + ch], s1 = s.g[(2 * e + 1) * hd + ch];
-          const double mx = std::max(s0, s1), e0 = std::exp(s0 - mx), e1 = std::exp(s1 - mx);
-          ze[ch] = static_cast<float>((e0 * s.u[(2 * e) * hd + ch] + e1 * s.u[(2 * e + 1) * hd + ch]) / (e0 + e1));
-        }
+        const float* values[2] = {s.u.data() + (2 * e) * hd, s.u.data() + (2 * e + 1) * hd};
+        const float* scores[2] = {s.g.data() + (2 * e) * hd, s.g.data() + (2 * e + 1) * hd};
+        layers::softmax_pool(values, scores, 2, hd, layers::PoolOrder::kDivideLast, ze, scratch.data());
       } else {
         std::copy_n(s.u.data() + e * hd, hd, ze);
       }

@@ -6,8 +6,8 @@
 
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/swiglu.h"
-#include "kernels/cpu/topk.h"
 #include "model/layers/router.h"
+#include "model/layers/select.h"
 
 namespace dsinfer::model::deepseek_v4 {
 namespace {
@@ -49,7 +49,6 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
   const layers::RouterSpec spec{1.0, true, 0.0, s.route_scale};
   ctx.pool->parallel_for(N, 8, [&](int64_t b, int64_t e) {
     std::vector<float> biased(E);
-    std::vector<int32_t> scratch;
     for (int64_t row = b; row < e; ++row) {
       float* sc = scores + row * E;
       layers::router_scores(sc, E, spec);
@@ -58,8 +57,7 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
         const int32_t* t = w.tid2eid.data() + static_cast<int64_t>(ctx.rows[row].token) * K;
         std::copy(t, t + K, ch);
       } else {
-        for (int64_t i = 0; i < E; ++i) biased[i] = sc[i] + w.bias[i];
-        kernels::topk_indices(biased.data(), E, K, ch, scratch);
+        layers::select_experts(sc, w.bias.data(), E, K, layers::SelectOrder::kByIndex, biased.data(), ch);
       }
       layers::route_weights(sc, ch, K, spec, route + row * K);
     }

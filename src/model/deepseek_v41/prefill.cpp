@@ -19,6 +19,7 @@
 #include "model/layers/mhc.h"
 #include "model/layers/pool.h"
 #include "model/layers/router.h"
+#include "model/layers/select.h"
 
 namespace dsinfer::model::deepseek_v41 {
 namespace {
@@ -1180,8 +1181,10 @@ class Prefill {
       std::vector<double> sig(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
       for (int64_t e = 0; e < E; ++e) sig[e] = logits.empty() ? dot(f.data() + t * d_, gate.row(e), d_) : logits[t * E + e];
       layers::router_scores(sig.data(), E, spec);
-      for (int64_t e = 0; e < E; ++e) biased[e] = sig[e] + bias[e];
-      sel[t] = topk(biased, k);
+      sel[t].resize(static_cast<size_t>(k));
+      const int64_t got = layers::select_experts(sig.data(), bias.data(), E, k, layers::SelectOrder::kByRank,
+                                                 biased.data(), sel[t].data());
+      sel[t].resize(static_cast<size_t>(got));
       wt[t].resize(sel[t].size());
       layers::route_weights(sig.data(), sel[t].data(), static_cast<int64_t>(sel[t].size()), spec, wt[t].data());
     }

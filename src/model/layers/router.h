@@ -1,7 +1,7 @@
 // MoE router scoring shared by V4 and V4.1 (model-v4.md §2.11, model-v41.md §2.11), the variants as
 // data: V4.1 divides the gate logits by gate_temp and normalises the chosen scores only with
 // norm_topk_prob and more than one expert, adding 1e-20 to their sum; V4 does neither (gate_temp 1,
-// eps 0). The choice of experts (V4's hash layers, the biased top-k) stays with each model. T is the
+// eps 0). The choice of experts is select.h (V4's hash layers stay in V4). T is the
 // scalar of the model's glue (float in V4, double in V4.1).
 #pragma once
 

@@ -185,7 +185,7 @@ int run_bench(int argc, char** argv) {
     ro.model = opt;
     std::shared_ptr<engine::ModelRunner> runner = engine::open_model(dir, ro);
     threads = runner->pool().size();
-    numerics = core::str_cat("V4.1 exact, kv qdq ", model_flags.kv_qdq ? "on" : "off");
+    numerics = core::str_cat("V4.1 ", opt.numerics.fast() ? "fast" : "exact", ", kv qdq ", model_flags.kv_qdq ? "on" : "off");
     new_stream = [runner]() -> Step {
       std::shared_ptr<engine::SequenceState> seq = runner->new_sequence();
       return [runner, seq](std::span<const int32_t> tokens) {

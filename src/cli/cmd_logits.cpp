@@ -127,7 +127,7 @@ v4::ModelOptions model_options(const ModelFlags& flags) {
 // (with rollback), and with --mtp / --mtp-out its DSpark draft head teacher-forced at every position
 // at the end, from the taps the sequence kept.
 int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<int32_t>& ids) {
-  DSINFER_CHECK(flags.numerics == "exact",
+  DSINFER_CHECK(flags.numerics != "reference",
                 "dsinfer logits: on a DeepseekV41ForCausalLM checkpoint --numerics reference is not implemented");
   const std::optional<std::string> dump_prefix = args.get_optional("dump-kv");
   const int64_t T = static_cast<int64_t>(ids.size());
@@ -156,6 +156,7 @@ int run_logits_v41(const Args& args, const ModelFlags& flags, const std::vector<
   model::deepseek_v41::PrefillOptions opt;
   opt.qdq = flags.kv_qdq;
   opt.double_accumulation = args.has("double-accumulation");
+  opt.fast = flags.numerics == "fast";
   opt.decoder_replay_tokens = replay;
   const int64_t vocab = ck->config().vocab_size;
   std::mt19937 rng(static_cast<uint32_t>(args.get_int("seed")));

@@ -88,14 +88,21 @@ class EngineV41 : public ::testing::Test {
 
   // Feeds tokens to a runner sequence; the logits of the last `rows` tokens.
   static std::vector<float> feed(SequenceState& seq, std::span<const int32_t> tokens, int32_t rows) {
+    return feed_on(runner(), seq, tokens, rows);
+  }
+  static std::vector<float> feed_on(const std::shared_ptr<ModelRunner>& r, SequenceState& seq,
+                                    std::span<const int32_t> tokens, int32_t rows) {
     std::vector<float> logits;
     ForwardItem item;
     item.seq = &seq;
     item.tokens = tokens;
     item.logit_rows = rows;
-    runner()->forward({&item, 1}, logits);
+    r->forward({&item, 1}, logits);
     return logits;
   }
+  static const std::string& dir() { return *dir_; }
+  static const model::Checkpoint& ck() { return *ck_; }
+  static const v41::EngramTokenMap* map() { return map_; }
 
   // Per position (tiny_v41.json): 10 layers' window KV (128 floats), kv sources 2, 4 (ratio 2: inputs
   // and gates) and 6, 8 (ratio 1), 3 DSpark taps of 128, the token id and its Engram compressed id.
@@ -188,6 +195,16 @@ v41::EngramTokenMap* EngineV41::map_ = nullptr;
 
 INSTANTIATE_TYPED_TEST_SUITE_P(EngineV41, EngineModel, EngineV41);
 
+// The fixture's helpers for the free functions that run on any runner.
+struct EngineV41Access : EngineV41 {
+  using EngineV41::ck;
+  using EngineV41::dir;
+  using EngineV41::feed_on;
+  using EngineV41::map;
+  using EngineV41::prompt;
+  using EngineV41::vocab;
+};
+
 // The runner's first draft after position p, anchored on token p+1, is the argmax of the teacher-forced
 // DSpark draft 0 row p (prefill_logits); the round leaves the sequence as it was.
 TEST_F(EngineV41, DraftIsTheTeacherForcedDraftHead) {
@@ -220,31 +237,58 @@ TEST_F(EngineV41, DraftIsTheTeacherForcedDraftHead) {
 
 // The runner's rows, fed in uneven chunks and token by token with a rollback, are bitwise the
 // one-pass prefill's.
-TEST_F(EngineV41, RunnerLogitsAreTheOnePassLogits) {
+// The runner over chunks, decode tokens and rollbacks gives bitwise the one-pass logits of the same
+// numerics (fast: the model's PrefillOptions::fast).
+void expect_one_pass_logits(const std::shared_ptr<ModelRunner>& r, bool fast);
+// One runner step over several sequences gives each item's rows bitwise as that sequence fed alone.
+void expect_batched_step_is_each_alone(const std::shared_ptr<ModelRunner>& r);
+
+TEST_F(EngineV41, RunnerLogitsAreTheOnePassLogits) { expect_one_pass_logits(runner(), false); }
+
+// --numerics fast (int8 routed experts, bf16 head): row-local, so the chunk, rollback and batch
+// invariance hold bitwise as in exact; its logits are not the exact ones (the fast products ran).
+TEST_F(EngineV41, FastNumericsKeepChunkAndBatchInvariance) {
+  V4RunnerOptions o;
+  o.model.numerics.mode = model::deepseek_v4::NumericsMode::kFast;
+  const std::shared_ptr<ModelRunner> fast = open_model(dir(), o);
+  EXPECT_NE(fast->info().identity.find("numerics fast"), std::string::npos) << fast->info().identity;
+  EXPECT_NE(fast->info().identity, runner()->info().identity);  // a prefix cache must not mix the numerics
+  expect_one_pass_logits(fast, true);
+  expect_batched_step_is_each_alone(fast);
+  std::mt19937 rng(3);
+  const auto ids = prompt(rng, 20);
+  auto a = fast->new_sequence(), b = runner()->new_sequence();
+  EXPECT_NE(feed_on(fast, *a, ids, 1), feed_on(runner(), *b, ids, 1));
+}
+
+void expect_one_pass_logits(const std::shared_ptr<ModelRunner>& r, bool fast) {
+  using T = EngineV41Access;
   std::mt19937 rng(1);
-  const auto ids = prompt(rng, 150);
-  const std::vector<float> full = v41::prefill_logits(*ck_, map_, ids);
-  const int64_t V = vocab();
-  auto seq = runner()->new_sequence();
+  const auto ids = T::prompt(rng, 150);
+  v41::PrefillOptions po;
+  po.fast = fast;
+  const std::vector<float> full = v41::prefill_logits(T::ck(), T::map(), ids, po);
+  const int64_t V = T::vocab();
+  auto seq = r->new_sequence();
   std::vector<float> got;
   size_t at = 0;
   for (size_t n : {70, 1, 1, 40, 38}) {
     const std::span<const int32_t> part(ids.data() + at, n);
-    const auto rows = feed(*seq, part, static_cast<int32_t>(n));
+    const auto rows = T::feed_on(r, *seq, part, static_cast<int32_t>(n));
     got.insert(got.end(), rows.begin(), rows.end());
     at += n;
     if (n == 1) {  // a rollback after a rejected draft: two junk tokens fed and undone
       const std::vector<int32_t> junk = {5, 6};
-      feed(*seq, junk, 2);
-      runner()->truncate(*seq, static_cast<int64_t>(at));
+      T::feed_on(r, *seq, junk, 2);
+      r->truncate(*seq, static_cast<int64_t>(at));
     }
   }
   ASSERT_EQ(at, ids.size());
   ASSERT_EQ(got.size(), full.size());
   for (size_t i = 0; i < full.size(); ++i) ASSERT_EQ(got[i], full[i]) << "row " << i / V;
   // logit_rows = 1 gives the last row alone, bitwise.
-  auto one = runner()->new_sequence();
-  const auto last = feed(*one, ids, 1);
+  auto one = r->new_sequence();
+  const auto last = T::feed_on(r, *one, ids, 1);
   ASSERT_EQ(last.size(), static_cast<size_t>(V));
   for (int64_t c = 0; c < V; ++c) ASSERT_EQ(last[c], full[(ids.size() - 1) * V + c]);
 }
@@ -252,7 +296,14 @@ TEST_F(EngineV41, RunnerLogitsAreTheOnePassLogits) {
 // One runner step over several sequences (a prefill, a continued chunk, decode tokens, an item with
 // no logit rows) gives each item's rows bitwise as that sequence fed alone, and the sequences
 // continue alike.
-TEST_F(EngineV41, BatchedStepIsEachItemAlone) {
+TEST_F(EngineV41, BatchedStepIsEachItemAlone) { expect_batched_step_is_each_alone(runner()); }
+
+void expect_batched_step_is_each_alone(const std::shared_ptr<ModelRunner>& r) {
+  using T = EngineV41Access;
+  const auto prompt = T::prompt;
+  const auto feed = [&](SequenceState& seq, std::span<const int32_t> tokens, int32_t rows) {
+    return T::feed_on(r, seq, tokens, rows);
+  };
   std::mt19937 rng(7);
   const std::vector<std::vector<int32_t>> ids = {prompt(rng, 60), prompt(rng, 60), prompt(rng, 60), prompt(rng, 60)};
   const std::vector<size_t> before = {0, 30, 50, 12};  // fed alone before the batched step
@@ -260,8 +311,8 @@ TEST_F(EngineV41, BatchedStepIsEachItemAlone) {
   const std::vector<int32_t> rows = {45, 2, 1, 0};
   std::vector<std::unique_ptr<SequenceState>> batched, alone;
   for (size_t k = 0; k < ids.size(); ++k) {
-    batched.push_back(runner()->new_sequence());
-    alone.push_back(runner()->new_sequence());
+    batched.push_back(r->new_sequence());
+    alone.push_back(r->new_sequence());
     if (before[k] == 0) continue;
     feed(*batched[k], std::span<const int32_t>(ids[k].data(), before[k]), 0);
     feed(*alone[k], std::span<const int32_t>(ids[k].data(), before[k]), 0);
@@ -271,15 +322,15 @@ TEST_F(EngineV41, BatchedStepIsEachItemAlone) {
     items.push_back({batched[k].get(), std::span<const int32_t>(ids[k].data() + before[k], now[k]), rows[k]});
   }
   std::vector<float> got;
-  runner()->forward(items, got);
+  r->forward(items, got);
   std::vector<float> want;
   for (size_t k = 0; k < ids.size(); ++k) {
     const auto r = feed(*alone[k], std::span<const int32_t>(ids[k].data() + before[k], now[k]), rows[k]);
     want.insert(want.end(), r.begin(), r.end());
   }
   ASSERT_EQ(got.size(), want.size());
-  ASSERT_EQ(want.size(), static_cast<size_t>((45 + 2 + 1) * vocab()));
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "row " << i / vocab();
+  ASSERT_EQ(want.size(), static_cast<size_t>((45 + 2 + 1) * T::vocab()));
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "row " << i / T::vocab();
   // The next token of each, alone, from the states the batched step left.
   for (size_t k = 0; k < ids.size(); ++k) {
     const std::span<const int32_t> next(ids[k].data() + before[k] + now[k], 1);

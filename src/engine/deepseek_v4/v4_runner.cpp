@@ -424,15 +424,12 @@ std::shared_ptr<ModelRunner> open_model(const std::string& dir, const V4RunnerOp
   // The registry's architectures[0] picks the adapter; V4.1 takes the options it has (v41_runner.h).
   const model::ModelConfig config = model::ModelConfig::load(dir + "/config.json");
   if (config.arch == model::Architecture::kDeepseekV41) {
-    // V4.1 has only the exact fp32 forward. `fast` is the serving commands' default, so it falls back
-    // to exact with a notice rather than refusing every V4.1 checkpoint; `reference` has no V4.1 form.
+    // V4.1 has the exact and the fast forward (PrefillOptions::fast); `reference` has no V4.1 form.
     DSINFER_CHECK(options.model.numerics.mode != v4::NumericsMode::kReference, dir,
                   ": a DeepseekV41ForCausalLM checkpoint has no --numerics reference (exact or fast)");
-    if (options.model.numerics.mode == v4::NumericsMode::kFast)
-      std::fprintf(stderr, "%s: DeepseekV41ForCausalLM has no fast numerics yet; running --numerics exact\n",
-                   dir.c_str());
     V41RunnerOptions o;
     o.qdq = options.model.numerics.kv_qdq;
+    o.fast = options.model.numerics.fast();
     o.threads = options.model.threads;
     o.pool = options.model.pool;
     auto runner = open_v41_model(dir, o);

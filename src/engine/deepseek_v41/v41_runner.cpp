@@ -277,6 +277,7 @@ std::shared_ptr<ModelRunner> open_v41_model(const std::string& dir, const V41Run
   std::unique_ptr<core::ThreadPool> own_pool;
   v41::PrefillOptions opt;
   opt.qdq = options.qdq;
+  opt.fast = options.fast;
   opt.pool = options.pool;
   if (opt.pool == nullptr && options.threads > 0) {
     own_pool = std::make_unique<core::ThreadPool>(options.threads);
@@ -284,7 +285,8 @@ std::shared_ptr<ModelRunner> open_v41_model(const std::string& dir, const V41Run
   }
   if (opt.pool == nullptr) opt.pool = &core::ThreadPool::global();
   std::string identity = checkpoint_identity(dir);
-  identity = "deepseek_v41:" + identity.substr(identity.find(':') + 1) + "; numerics exact, qdq " +
+  identity = "deepseek_v41:" + identity.substr(identity.find(':') + 1) + "; numerics " +
+             (options.fast ? "fast" : "exact") + ", qdq " +
              (options.qdq ? "on" : "off");
   return std::make_shared<V41Runner>(std::move(ck), std::move(map), opt, std::move(own_pool), std::move(identity));
 }

@@ -40,6 +40,7 @@ namespace dsinfer::engine {
 
 struct V41RunnerOptions {
   bool qdq = true;                   // the three QDQ steps of model-v41.md §2.10 (--kv-qdq)
+  bool fast = false;                 // --numerics fast (PrefillOptions::fast); part of the identity
   int threads = 0;                   // 0: core::ThreadPool::global() unless pool is given
   core::ThreadPool* pool = nullptr;
 };

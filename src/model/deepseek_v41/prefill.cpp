@@ -11,6 +11,9 @@
 #include "core/error.h"
 #include "kernels/cpu/index_score.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_bf16dot.h"
+#include "kernels/cpu/linear_int8.h"
+#include "kernels/cpu/qdq.h"
 #include "kernels/cpu/sink_attention.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/vec.h"
@@ -28,9 +31,16 @@ using core::DType;
 using Vec = std::vector<float>;
 
 // A linear weight prepared for products: for the kernels, or (double accumulation) as its exact fp32
-// values [rows, cols].
+// values [rows, cols]; with --numerics fast a routed FP4 expert as int8 products (activations quantized
+// per act_block columns) and the BF16 head as bf16 dots (where the CPU has AVX-512 BF16).
 struct Lin {
   kernels::Linear fast;
+  kernels::Fp4Int8Linear int8;
+  int64_t act_block = 0;
+  kernels::Bf16DotLinear bf16;
+  // PrefillOptions::official_at_fast_sites: the input FP8-QDQ'd per qdq_block columns, or bf16-rounded.
+  int64_t qdq_block = 0;
+  bool bf16_input = false;
   int64_t rows = 0, cols = 0;
   Vec dense;
   const float* row(int64_t r) const { return dense.data() + r * cols; }
@@ -38,8 +48,11 @@ struct Lin {
 
 class Weights {
  public:
-  Weights(const Checkpoint& ck, bool double_accumulation)
-      : ck_(ck), double_(double_accumulation) {}
+  Weights(const Checkpoint& ck, bool double_accumulation, bool fast, bool official_at_fast_sites = false)
+      : ck_(ck),
+        double_(double_accumulation),
+        fast_(fast && !double_accumulation),
+        official_(official_at_fast_sites && !fast_ && !double_accumulation) {}
 
   // A linear weight as kernels::Linear takes it, as stored: BF16, F32, FP4 (1x32 scales, as in V4) and
   // FP8 with V4.1's 32x32 scale blocks (the view carries the block; the packed FP8 products take it).
@@ -117,19 +130,34 @@ class Weights {
     Lin l;
     l.rows = v.rows;
     l.cols = v.cols;
-    if (double_) {
+    if (fast_ && end < 0 && routed_expert(prefix) && v.format == kernels::WeightFormat::kFP4) {
+      l.int8 = kernels::Fp4Int8Linear(v);
+      l.act_block = ck_.config().activation_block;
+    } else if (fast_ && end < 0 && prefix == "head" && v.format == kernels::WeightFormat::kBF16 &&
+               kernels::bf16dot_hardware()) {
+      l.bf16 = kernels::Bf16DotLinear(v);
+    } else if (double_) {
       l.dense.resize(static_cast<size_t>(l.rows * l.cols));
       for (int64_t r = 0; r < l.rows; ++r) {
         for (int64_t c = 0; c < l.cols; ++c) l.dense[r * l.cols + c] = kernels::weight_at(v, r, c);
       }
     } else {
       l.fast = kernels::Linear(v);
+      if (official_ && end < 0 && routed_expert(prefix) && v.format == kernels::WeightFormat::kFP4) {
+        l.qdq_block = ck_.config().activation_block;
+      }
+      l.bf16_input = official_ && end < 0 && prefix == "head";
     }
     return cache_.emplace(key, std::move(l)).first->second;
   }
 
+  // "....ffn.experts.N.wK" (not the shared experts, which stay exact as in V4's fast mode).
+  static bool routed_expert(const std::string& prefix) { return prefix.find(".experts.") != std::string::npos; }
+
   const Checkpoint& ck_;
   bool double_;
+  bool fast_;
+  bool official_;
   mutable std::map<std::string, Lin> cache_;
 };
 
@@ -142,8 +170,30 @@ double dot(const float* a, const float* b, int64_t n) {
 // y[t * ldy + r] = x[t * ldx ..] . W[r]: the kernels' fp32 products, or double accumulation.
 void matmul_into(core::ThreadPool& pool, const float* x, int64_t T, int64_t ldx, const Lin& w, float* y,
                  int64_t ldy) {
+  Vec rounded;
+  if (w.qdq_block > 0 || w.bf16_input) {
+    rounded.resize(static_cast<size_t>(T * w.cols));
+    for (int64_t t = 0; t < T; ++t) {
+      float* r = rounded.data() + t * w.cols;
+      std::copy_n(x + t * ldx, w.cols, r);
+      if (w.qdq_block > 0) kernels::fp8_block_qdq(r, w.cols, w.qdq_block);
+      if (w.bf16_input) {
+        for (int64_t c = 0; c < w.cols; ++c) r[c] = core::round_to_bf16(r[c]);
+      }
+    }
+    x = rounded.data();
+    ldx = w.cols;
+  }
   if (!w.fast.empty()) {
     w.fast.forward(x, T, ldx, y, ldy, &pool);
+    return;
+  }
+  if (!w.int8.empty()) {
+    w.int8.forward(x, T, ldx, w.act_block, y, ldy, &pool);
+    return;
+  }
+  if (!w.bf16.empty()) {
+    w.bf16.forward(x, T, ldx, y, ldy, &pool);
     return;
   }
   pool.parallel_for(w.rows, 64, [&](int64_t rb, int64_t re) {
@@ -255,7 +305,7 @@ class Prefill {
   Prefill(const Checkpoint& ck, const EngramTokenMap* map, const PrefillOptions& o,
           std::shared_ptr<Weights> weights = nullptr)
       : c_(ck.config()),
-        weights_(weights ? std::move(weights) : std::make_shared<Weights>(ck, o.double_accumulation)),
+        weights_(weights ? std::move(weights) : std::make_shared<Weights>(ck, o.double_accumulation, o.fast, o.official_at_fast_sites)),
         w_(*weights_),
         map_(map), opt_(o), pool_(o.pool ? *o.pool : core::ThreadPool::global()),
         hc_(c_.hc_mult), d_(c_.hidden_size) {
@@ -1280,18 +1330,20 @@ Sequence::Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const 
 struct PreparedWeights {
   std::shared_ptr<Weights> weights;
   bool double_accumulation = false;
+  bool fast = false;
 };
 
 std::shared_ptr<PreparedWeights> prepare_weights(const Checkpoint& ck, const PrefillOptions& options) {
   return std::make_shared<PreparedWeights>(
-      PreparedWeights{std::make_shared<Weights>(ck, options.double_accumulation), options.double_accumulation});
+      PreparedWeights{std::make_shared<Weights>(ck, options.double_accumulation, options.fast),
+                      options.double_accumulation, options.fast});
 }
 
 Sequence::Sequence(const Checkpoint& ck, const EngramTokenMap* token_map, const PrefillOptions& options,
                    const std::shared_ptr<PreparedWeights>& weights)
     : state_(std::make_unique<SequenceState>(SequenceState{Prefill(ck, token_map, options, weights->weights)})) {
-  DSINFER_CHECK(weights->double_accumulation == options.double_accumulation,
-                "V4.1 sequence: weights prepared for another accumulation mode");
+  DSINFER_CHECK(weights->double_accumulation == options.double_accumulation && weights->fast == options.fast,
+                "V4.1 sequence: weights prepared for another accumulation mode or numerics");
 }
 Sequence::~Sequence() = default;
 Sequence::Sequence(Sequence&&) noexcept = default;

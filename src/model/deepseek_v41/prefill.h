@@ -27,6 +27,17 @@ struct PrefillOptions {
   // reference to ~1e-15 before every rounding to fp32, so the QDQ rounding decisions match it
   // free-running; with the fp32 kernels a rounding-boundary flip early in the sequence spreads.
   bool double_accumulation = false;
+  // --numerics fast (serving; ignored with double_accumulation): the routed experts' FP4 products on
+  // activations quantized to int8 per config activation_block (32) columns, exact integer dots
+  // (kernels/cpu/linear_int8.h), and the BF16 head on bf16-rounded activations where the CPU has
+  // AVX-512 BF16 (linear_bf16dot.h); FP8 products stay exact (their bf16 dots take 128x128 scale blocks
+  // only). Row-local, so batch and chunk invariance hold bitwise as in the exact forward.
+  bool fast = false;
+  // Tests only (the fidelity bound of `fast`, V4.1 having no --numerics reference): the official
+  // numerics (model-v4.md §2.10) at the sites fast changes and nowhere else: FP8 QDQ per
+  // activation_block columns in front of the routed experts' FP4 products, bf16 rounding of the head's
+  // input; every other product exact. Sequences on their own weights only (not prepare_weights).
+  bool official_at_fast_sites = false;
   // Decoder-side bounded replay (the CED split, deepinfer-system.md §2.3; 0 = off, the exact forward).
   // A forward of more than K ids (a prompt, or the chunk that ends it) runs the decoder layers
   // (decoder_first_layer() on) only on its last K positions, their window attention truncated at the

@@ -1,7 +1,8 @@
 // Sequence::forward_batch: several sequences through the layers together (every product over the rows
 // of all of them) give each sequence bitwise its own forward's logits, in every mix of fresh
 // prefills, continued chunks, decode tokens, rolled-back sequences and logit-row counts, and leave
-// each sequence's state so that it continues bitwise as when fed alone.
+// each sequence's state so that it continues bitwise as when fed alone. Both numerics: exact and
+// --numerics fast (int8 expert products, bf16 head), which are row-local too.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -27,18 +28,25 @@ struct Pair {
   size_t fed = 0;
 };
 
-class BatchV41 : public ::testing::Test {
+// The parameter: --numerics fast (true) or exact.
+class BatchV41 : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     ck_ = small_v41_checkpoint(dir_, 5);
     map_ = std::make_unique<EngramTokenMap>(load_engram_token_map(ck_->dir(), ck_->config()));
-    weights_ = prepare_weights(*ck_, {});
+    weights_ = prepare_weights(*ck_, options());
+  }
+
+  static PrefillOptions options() {
+    PrefillOptions o;
+    o.fast = GetParam();
+    return o;
   }
 
   Pair make(int salt, size_t prefed) {
     Pair p;
-    p.batched = std::make_unique<Sequence>(*ck_, map_.get(), PrefillOptions{}, weights_);
-    p.alone = std::make_unique<Sequence>(*ck_, map_.get());
+    p.batched = std::make_unique<Sequence>(*ck_, map_.get(), options(), weights_);
+    p.alone = std::make_unique<Sequence>(*ck_, map_.get(), options());
     for (int i = 0; i < 120; ++i) p.ids.push_back(static_cast<int32_t>((i * 131 + salt * 977 + 5) % 512));
     if (prefed > 0) {  // history fed alone before the batch (both sides)
       p.batched->forward(slice(p.ids, 0, prefed), 0);
@@ -78,7 +86,7 @@ class BatchV41 : public ::testing::Test {
 };
 
 // The small config: window 8, ratio-2 and ratio-1 kv sources, top-4 selection, Engram, DSpark taps.
-TEST_F(BatchV41, MixedBatchIsBitwiseEachSequenceAlone) {
+TEST_P(BatchV41, MixedBatchIsBitwiseEachSequenceAlone) {
   Pair fresh = make(1, 0), decode = make(2, 20), chunk = make(3, 11), one = make(4, 0), rolled = make(5, 25);
   rolled.batched->truncate(22);  // a rolled-back sequence in the batch
   rolled.alone->truncate(22);
@@ -97,7 +105,7 @@ TEST_F(BatchV41, MixedBatchIsBitwiseEachSequenceAlone) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "draft 0 element " << i;
 }
 
-TEST_F(BatchV41, RefusesWhatItCannotBatch) {
+TEST_P(BatchV41, RefusesWhatItCannotBatch) {
   Pair a = make(1, 4), b = make(2, 4);
   const std::vector<std::vector<int32_t>> ids = {{1}, {2}};
   std::string msg = testing::error_of([&] {
@@ -108,7 +116,7 @@ TEST_F(BatchV41, RefusesWhatItCannotBatch) {
   msg = testing::error_of([&] { Sequence::forward_batch({a.batched.get(), b.alone.get()}, ids, {1, 1}); });
   EXPECT_NE(msg.find("prepared weights"), std::string::npos) << msg;
   // A chunk that a decoder replay shortens runs alone.
-  PrefillOptions replay;
+  PrefillOptions replay = options();
   replay.decoder_replay_tokens = 2;
   Sequence r(*ck_, map_.get(), replay, weights_);
   msg = testing::error_of([&] { Sequence::forward_batch({a.batched.get(), &r}, {{1}, {1, 2, 3}}, {1, 1}); });
@@ -117,6 +125,9 @@ TEST_F(BatchV41, RefusesWhatItCannotBatch) {
   EXPECT_EQ(a.batched->length(), 4);
   EXPECT_EQ(r.length(), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Numerics, BatchV41, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Fast" : "Exact"; });
 
 }  // namespace
 }  // namespace dsinfer::model::deepseek_v41

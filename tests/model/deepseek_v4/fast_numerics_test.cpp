@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "model/logit_distance.h"
 #include "test_models.h"
 
 namespace dsinfer::model::deepseek_v4 {
@@ -30,43 +31,8 @@ std::vector<float> run_mode(const std::string& dir, NumericsMode mode, int threa
   return run_chunks(*m, *st, tokens, 0, static_cast<int64_t>(tokens.size()), chunks);
 }
 
-struct Distance {
-  double median_rel = 0;  // median over rows of ||a - b|| / ||b||
-  double mean_kl = 0;     // mean over rows of KL(softmax(b) || softmax(a)), nats
-  double top1 = 0;        // share of rows with the same argmax
-};
-
-Distance distance(const std::vector<float>& a, const std::vector<float>& b) {
-  const int64_t rows = static_cast<int64_t>(b.size()) / kVocab;
-  std::vector<double> rel;
-  Distance out;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = a.data() + r * kVocab;
-    const float* y = b.data() + r * kVocab;
-    double num = 0, den = 0, mx = -1e300, my = -1e300;
-    for (int64_t v = 0; v < kVocab; ++v) {
-      num += std::pow(double(x[v]) - y[v], 2);
-      den += double(y[v]) * y[v];
-      mx = std::max(mx, double(x[v]));
-      my = std::max(my, double(y[v]));
-    }
-    rel.push_back(std::sqrt(num / den));
-    double zx = 0, zy = 0;
-    for (int64_t v = 0; v < kVocab; ++v) {
-      zx += std::exp(x[v] - mx);
-      zy += std::exp(y[v] - my);
-    }
-    double kl = 0;
-    for (int64_t v = 0; v < kVocab; ++v) {
-      const double py = std::exp(y[v] - my) / zy, lx = x[v] - mx - std::log(zx), ly = y[v] - my - std::log(zy);
-      kl += py * (ly - lx);
-    }
-    out.mean_kl += kl / static_cast<double>(rows);
-    out.top1 += (std::max_element(x, x + kVocab) - x == std::max_element(y, y + kVocab) - y) ? 1.0 / rows : 0.0;
-  }
-  std::nth_element(rel.begin(), rel.begin() + rel.size() / 2, rel.end());
-  out.median_rel = rel[rel.size() / 2];
-  return out;
+model::testing::LogitDistance distance(const std::vector<float>& a, const std::vector<float>& b) {
+  return model::testing::logit_distance(a, b, kVocab);
 }
 
 // The plain run is dsinfer's exact mode, which the golden tests hold to the PyTorch reference in plain
@@ -79,7 +45,7 @@ TEST(V4FastNumerics, NoFurtherFromPlainThanTheOfficialNumerics) {
   const auto fast = run_mode(dir, NumericsMode::kFast, 2, tokens, {96});
   ASSERT_NE(first_difference(plain, fast), -1) << "fast mode computed the plain numerics";
   for (float v : fast) ASSERT_TRUE(std::isfinite(v));
-  const Distance off = distance(official, plain), fst = distance(fast, plain);
+  const model::testing::LogitDistance off = distance(official, plain), fst = distance(fast, plain);
   std::printf("TINY vs plain fp32: official median rel %.3g, KL %.3g, top-1 %.3f; fast median rel %.3g, KL %.3g, "
               "top-1 %.3f\n",
               off.median_rel, off.mean_kl, off.top1, fst.median_rel, fst.mean_kl, fst.top1);

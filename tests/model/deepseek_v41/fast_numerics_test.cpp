@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "model/logit_distance.h"
 #include "model/deepseek_v41/prefill.h"
 #include "small_v41.h"
 
@@ -19,45 +20,6 @@ namespace {
 using testing::small_v41_checkpoint;
 using testing::TempDir;
 using testing::v41_prompt;
-
-struct Distance {
-  double median_rel = 0;  // median over rows of ||a - b|| / ||b||
-  double mean_kl = 0;     // mean over rows of KL(softmax(b) || softmax(a)), nats
-  double top1 = 0;        // share of rows with the same argmax
-};
-
-Distance distance(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
-  const int64_t rows = static_cast<int64_t>(b.size()) / V;
-  std::vector<double> rel;
-  Distance out;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = a.data() + r * V;
-    const float* y = b.data() + r * V;
-    double num = 0, den = 0, mx = -1e300, my = -1e300;
-    for (int64_t v = 0; v < V; ++v) {
-      num += std::pow(double(x[v]) - y[v], 2);
-      den += double(y[v]) * y[v];
-      mx = std::max(mx, double(x[v]));
-      my = std::max(my, double(y[v]));
-    }
-    rel.push_back(std::sqrt(num / den));
-    double zx = 0, zy = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      zx += std::exp(x[v] - mx);
-      zy += std::exp(y[v] - my);
-    }
-    double kl = 0;
-    for (int64_t v = 0; v < V; ++v) {
-      const double py = std::exp(y[v] - my) / zy, lx = x[v] - mx - std::log(zx), ly = y[v] - my - std::log(zy);
-      kl += py * (ly - lx);
-    }
-    out.mean_kl += kl / static_cast<double>(rows);
-    out.top1 += (std::max_element(x, x + V) - x == std::max_element(y, y + V) - y) ? 1.0 / rows : 0.0;
-  }
-  std::nth_element(rel.begin(), rel.begin() + rel.size() / 2, rel.end());
-  out.median_rel = rel[rel.size() / 2];
-  return out;
-}
 
 TEST(V41FastNumerics, NoFurtherFromPlainThanTheOfficialNumericsAtItsSites) {
   TempDir dir;
@@ -77,7 +39,8 @@ TEST(V41FastNumerics, NoFurtherFromPlainThanTheOfficialNumericsAtItsSites) {
   ASSERT_NE(fast, plain) << "fast mode computed the plain numerics";
   ASSERT_NE(official, plain) << "the official numerics changed nothing";
   for (float v : fast) ASSERT_TRUE(std::isfinite(v));
-  const Distance off = distance(official, plain, V), fst = distance(fast, plain, V);
+  using model::testing::logit_distance;
+  const model::testing::LogitDistance off = logit_distance(official, plain, V), fst = logit_distance(fast, plain, V);
   std::printf("small V4.1 vs plain fp32: official (at fast's sites) median rel %.3g, KL %.3g, top-1 %.3f; "
               "fast median rel %.3g, KL %.3g, top-1 %.3f\n",
               off.median_rel, off.mean_kl, off.top1, fst.median_rel, fst.mean_kl, fst.top1);

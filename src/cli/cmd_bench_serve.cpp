@@ -73,12 +73,16 @@ void spin_for_us(int64_t us) {
   }
 }
 
-// Runs `specs` at once and returns per-request timings; each event costs `callback_us` of CPU.
-std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& specs, int64_t callback_us = 0) {
+// Runs `specs` at once and returns per-request timings; each event costs `callback_us` of CPU. With
+// `decode_cpu`, the process CPU time from the moment every request has its first token to the last
+// event: the decode phase alone, without the prompts' prefill (which dominates at high concurrency).
+std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& specs, int64_t callback_us = 0,
+                              double* decode_cpu = nullptr) {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<Timing> t(specs.size());
-  size_t done = 0;
+  size_t done = 0, started = 0;
+  double cpu_all_started = 0, cpu_last = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     t[i].submitted = Clock::now();
     auto r = engine.submit(specs[i], [&, i](const TokenEvent& e) {
@@ -87,8 +91,12 @@ std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& sp
       std::lock_guard<std::mutex> lock(mu);
       Timing& x = t[i];
       if (!e.tokens.empty() || e.finish != engine::FinishReason::kNone) {
-        if (x.tokens == 0) x.first = now;
+        if (x.tokens == 0) {
+          x.first = now;
+          if (++started == specs.size() && decode_cpu != nullptr) cpu_all_started = cpu_seconds();
+        }
         x.last = now;
+        if (decode_cpu != nullptr) cpu_last = cpu_seconds();
       }
       x.tokens += static_cast<int64_t>(e.tokens.size());
       x.ids.insert(x.ids.end(), e.tokens.begin(), e.tokens.end());
@@ -106,6 +114,7 @@ std::vector<Timing> run_batch(Engine& engine, const std::vector<RequestSpec>& sp
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return done == specs.size(); });
   for (const Timing& x : t) DSINFER_CHECK(x.error.empty(), "bench-serve: request failed: ", x.error);
+  if (decode_cpu != nullptr) *decode_cpu = cpu_last - cpu_all_started;
   return t;
 }
 
@@ -310,8 +319,8 @@ int run_bench_serve(int argc, char** argv) {
 
   struct DecodeResult {
     double per_request = 0, total = 0;  // tokens/s
-    double cpu_seconds = 0;             // process CPU time of the run (user + system)
-    int64_t tokens = 0;
+    double cpu_seconds = 0;             // process CPU time of the decode phase (user + system)
+    int64_t tokens = 0, decode_tokens = 0;  // all, and those after every request had its first token
     engine::EngineMetrics metrics;
     std::vector<std::vector<int32_t>> ids;  // each request's output
   };
@@ -335,10 +344,8 @@ int run_bench_serve(int argc, char** argv) {
           prompts != nullptr ? prompts->at(i) : random_ids(rng, args.get_int("decode-prompt"), vocab), n));
       if (make_constraint) specs.back().constraint = make_constraint(static_cast<size_t>(i));
     }
-    const double cpu0 = cpu_seconds();
-    auto t = run_batch(*engine, specs, callback_us);
     DecodeResult r;
-    r.cpu_seconds = cpu_seconds() - cpu0;
+    auto t = run_batch(*engine, specs, callback_us, &r.cpu_seconds);
     // Decode phase: from the moment every request has its first token to the last token; total
     // throughput counts the tokens delivered inside it, per-request speed each request's own rate.
     Clock::time_point start = t[0].first, end = t[0].last;
@@ -355,6 +362,7 @@ int run_bench_serve(int argc, char** argv) {
     }
     r.per_request = speed / static_cast<double>(c);
     for (auto& x : t) r.ids.push_back(std::move(x.ids));
+    r.decode_tokens = inside;
     r.total = static_cast<double>(inside) / std::max(1e-9, since(start, end));
     r.metrics = engine->metrics();
     return r;
@@ -367,7 +375,7 @@ int run_bench_serve(int argc, char** argv) {
     std::ofstream csv(out_dir + "/decode.csv");
     csv << "concurrency,per_request_tokens_per_s,total_tokens_per_s,speedup_vs_1,tokens_per_cpu_s,cpu_speedup_vs_1,"
            "forward_ms_per_step,gap_ms_per_step\n";
-    std::printf("decode (prompt %lld, %lld tokens each; tok/cpu-s = tokens per second of process CPU time, which "
+    std::printf("decode (prompt %lld, %lld tokens each; tok/cpu-s = decode-phase tokens per second of process CPU time in that phase (prefill excluded), which "
                 "a busy machine does not distort)\n%12s %18s %12s %8s %12s %8s %10s %8s\n",
                 static_cast<long long>(args.get_int("decode-prompt")),
                 static_cast<long long>(args.get_int("decode-tokens")), "concurrency", "per-request tok/s",
@@ -375,7 +383,7 @@ int run_bench_serve(int argc, char** argv) {
     double single = 0, single_cpu = 0;
     for (int64_t c : parse_list(args.get("concurrency"))) {
       const DecodeResult r = decode_run(c, true, false);
-      const double per_cpu = static_cast<double>(r.tokens) / std::max(1e-9, r.cpu_seconds);
+      const double per_cpu = static_cast<double>(r.decode_tokens) / std::max(1e-9, r.cpu_seconds);
       if (single == 0) {
         single = r.total;
         single_cpu = per_cpu;

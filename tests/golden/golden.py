@@ -384,7 +384,8 @@ def cmd_fidelity(args):
         os.makedirs(args.work, exist_ok=True)
         import json
         with open(os.path.join(args.model, "config.json")) as f:
-            vocab = json.load(f)["vocab_size"]
+            config = json.load(f)
+        vocab = (config.get("text_config") or config)["vocab_size"]  # V4.1 nests it in text_config
         model, ids = args.model, prompt_ids(args.seed, args.tokens, vocab)
     else:
         model, ids = os.path.join(args.work, "model"), read_ids(args.work)

@@ -5,11 +5,19 @@ One-pass prefill from position 0 over a whole prompt, logits at every position, 
 layer over the whole sequence in float64 (or float32) on exactly decoded weights; plus the DSpark draft
 head (§2.12) teacher-forced at every position.
 
-Numerics: "plain" only (§2.14): no rounding of activations anywhere except the three QDQ steps that are
-part of the model (§2.10): window KV FP8 E4M3 over all dims in blocks of 32 (power-of-two scales),
-compressed KV FP4 E2M1 in blocks of 16 with E4M3 scales, index queries/keys FP4 in blocks of 32
-(power-of-two scales). `kv_qdq=False` turns all three off. (The bf16 / activation-quant "reference
-numerics" of V4 are not implemented for V4.1.) `teacher` (teacher forcing, the golden tests, as V4's): a
+Numerics (§2.14):
+  * "plain" (default): no rounding of activations anywhere except the three QDQ steps that are part of
+    the model (§2.10): window KV FP8 E4M3 over all dims in blocks of 32 (power-of-two scales), compressed
+    KV FP4 E2M1 in blocks of 16 with E4M3 scales, index queries/keys FP4 in blocks of 32 (power-of-two
+    scales). `kv_qdq=False` turns all three off.
+  * "reference": the official V4.1 inference code's activation rounding (its inference/model.py, read in
+    the vendored copy named in NOTES.md): FP8 E4M3 QDQ in blocks of 32 with power-of-two scales in front
+    of every GEMM whose weight is FP8/FP4 (the official `linear()` quantizes exactly those), and bf16
+    wherever the official code stores bf16 (GEMM outputs, norms, RoPE, stream states, MoE and Engram
+    outputs, index scores, attention probabilities and output). Each op is computed exactly, then rounded
+    once, so this is the official numerics to within rounding order: statistical comparisons only. The
+    main forward only (`dspark` refuses it).
+`teacher` (teacher forcing, the golden tests, as V4's): a
 dict of the stored QDQ'd vectors of `dsinfer logits --dump-kv` (window{L} [T, hd], comp{L} [G, hd],
 key{L} [G, index_dim] for layer L; with the draft head ring{s} [T, hd] and block{s} [(T-1) * block, hd]
 for DSpark stage s); each is checked to be a correct rounding of this reference's own
@@ -77,6 +85,9 @@ class ConfigV41:
             raise ValueError("config.json: n_shared_experts must be 1")
         bs = (d.get("quantization_config") or {}).get("weight_block_size", [32, 32])
         self.fp8_block = int(bs[0])
+        # The official model.py has one constant (fp8_block_size = 32) for the weight blocks and the
+        # activation quantization blocks of its 'reference' numerics.
+        self.act_block = self.fp8_block
 
     def src(self, L):
         """The most recent kv source at or before L (§1.3), or -1."""
@@ -129,7 +140,13 @@ def fp4_e4m3_scale_on_grid(d, x, block=16):
 
 
 class DeepseekV41Reference(ReferenceCommon):
-    def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, trace=False, teacher=None):
+    ref = False  # 'reference' numerics; bare instances (the unit tests) compute plain
+
+    def __init__(self, model_dir, dtype=torch.float64, kv_qdq=True, trace=False, teacher=None, numerics="plain"):
+        if numerics not in ("plain", "reference"):
+            raise ValueError(f"numerics must be 'plain' or 'reference', not {numerics}")
+        self.ref = numerics == "reference"
+        self._quantized_sites = set()  # the GEMMs whose input 'reference' numerics quantized (by weight name)
         self.cfg = ConfigV41.load(model_dir)
         self.teacher = teacher
         self.teacher_stats = {}
@@ -151,18 +168,31 @@ class DeepseekV41Reference(ReferenceCommon):
 
     # --- weights and QDQ (w, p, embed, head: model_common) -----------------------------------------
 
-    def lin(self, x, name):
-        return x @ self.w(name + ".weight").T
+    def bf(self, x):
+        """bf16 storage rounding, only in 'reference' numerics."""
+        return formats.round_bf16(x) if self.ref else x
+
+    def lin(self, x, name, out_bf16=True):
+        """x @ W^T. In 'reference' numerics as the official `linear()`: an FP8/FP4 weight gets its input
+        FP8-QDQ'd in blocks of the activation block (32, power-of-two scales); the product is stored bf16
+        unless out_bf16=False (the fp32 GEMMs: ratio-2 compressor, gate)."""
+        wname = name + ".weight"
+        if self.ref and self.ckpt.is_quantized(wname):
+            x = formats.fp8_qdq(x, self.cfg.act_block)
+            self._quantized_sites.add(name)
+        y = x @ self.w(wname).T
+        return self.bf(y) if out_bf16 else y
 
     def norm(self, x, name):
-        return rms_norm(x, self.p(name + ".weight"), self.cfg.norm_eps)
+        return self.bf(rms_norm(x, self.p(name + ".weight"), self.cfg.norm_eps))
 
     def angles(self, positions, ratio):
         f = rope_inv_freqs_v41(self.cfg, ratio).to(self.dtype)
         return positions.to(self.dtype)[:, None] * f[None, :]
 
     def rot(self, x, angles):
-        return rope_tail(x, angles, self.cfg.rope_dim)
+        """RoPE on the last rope_dim dims (bf16 in 'reference' numerics: the official in-place rotation)."""
+        return self.bf(rope_tail(x, angles, self.cfg.rope_dim))
 
     def win_qdq(self, x, site=None):
         return self._teach(site, x, 32, lambda v: formats.fp8_qdq(v, 32)) if self.kv_qdq else x
@@ -209,7 +239,7 @@ class DeepseekV41Reference(ReferenceCommon):
         sign = torch.where(torch.signbit(dot), -1.0, 1.0).to(self.dtype)
         g = torch.sigmoid(sign * torch.sqrt(torch.clamp(dot.abs(), min=1e-6)))
         self._record(f"layer{L}.engram_gate", g)
-        return X + g[:, :, None] * value[:, None, :]
+        return self.bf(X + g[:, :, None] * value[:, None, :])
 
     # --- compressor, indexer, candidates (§2.6 - §2.8) ---------------------------------------------
 
@@ -217,15 +247,17 @@ class DeepseekV41Reference(ReferenceCommon):
         """(compressed KV [G, hd], index keys [G, index_dim]) of a kv source over the whole sequence."""
         T = a.shape[0]
         G = T // ratio
-        u = self.lin(a, prefix + "compressor.wkv")
+        # Official numerics: ratio 2 runs wkv/wgate and the pooling in fp32 and stores the pooled vector
+        # bf16; ratio 1 is a bf16 product.
+        u = self.lin(a, prefix + "compressor.wkv", out_bf16=ratio != 2)
         if ratio == 2:
-            s = self.lin(a, prefix + "compressor.wgate")
-            z = (torch.softmax(s[:2 * G].view(G, 2, -1), dim=1) * u[:2 * G].view(G, 2, -1)).sum(dim=1)
+            s = self.lin(a, prefix + "compressor.wgate", out_bf16=False)
+            z = self.bf((torch.softmax(s[:2 * G].view(G, 2, -1), dim=1) * u[:2 * G].view(G, 2, -1)).sum(dim=1))
         else:
             z = u
         latent = self.norm(z, prefix + "compressor.norm")  # pre-RoPE latent
         ang = self.angles(torch.arange(G) * ratio, ratio)
-        ik = self.norm(latent @ self.w(prefix + "indexer.wk.weight").T, prefix + "indexer.k_norm")
+        ik = self.norm(self.lin(latent, prefix + "indexer.wk"), prefix + "indexer.k_norm")
         ik = self.idx_qdq(self.rot(ik, ang), None if L is None else f"key{L}")
         ckv = self.ckv_qdq(self.rot(latent, ang), None if L is None else f"comp{L}")
         return ckv, ik
@@ -236,8 +268,10 @@ class DeepseekV41Reference(ReferenceCommon):
         G = ik.shape[0]
         qi = self.lin(qr, prefix + "indexer.wq_b").view(T, cfg.index_heads, cfg.index_dim)
         qi = self.idx_qdq(self.rot(qi, ang[:, None, :]))
-        w = self.lin(a, prefix + "indexer.weights_proj") * (cfg.index_dim ** -0.5 * cfg.index_heads ** -0.5)
-        score = (torch.relu(torch.einsum("thd,gd->thg", qi, ik)) * w[:, :, None]).sum(dim=1)  # [T, G]
+        w = self.bf(self.lin(a, prefix + "indexer.weights_proj") * (cfg.index_dim ** -0.5 * cfg.index_heads ** -0.5))
+        # Official numerics: a bf16 einsum, product and head sum (many exact ties; lower index wins).
+        dots = self.bf(torch.einsum("thd,gd->thg", qi, ik))
+        score = self.bf(self.bf(torch.relu(dots) * w[:, :, None]).sum(dim=1))  # [T, G]
         visible = torch.arange(G)[None, :] < ((torch.arange(T) + 1) // ratio)[:, None]
         return score.masked_fill(~visible, float("-inf")), visible
 
@@ -301,16 +335,32 @@ class DeepseekV41Reference(ReferenceCommon):
         logits = torch.einsum("thd,jd->thj", q, keys) * hd ** -0.5
         logits = logits.masked_fill(~mask[:, None, :], float("-inf"))
         sink = self.p(prefix + "attn_sink")
-        probs = torch.softmax(torch.cat([logits, sink[None, :, None].expand(T, nh, 1)], dim=-1), dim=-1)[..., :-1]
-        o = self.rot(torch.einsum("thj,jd->thd", probs, keys), -ang[:, None, :])
+        if self.ref:
+            o = self.sparse_attn_bf16(logits, keys, sink)
+        else:
+            probs = torch.softmax(torch.cat([logits, sink[None, :, None].expand(T, nh, 1)], dim=-1), dim=-1)[..., :-1]
+            o = torch.einsum("thj,jd->thd", probs, keys)
+        o = self.rot(o, -ang[:, None, :])
         return self.out_proj(o, prefix)
+
+    def sparse_attn_bf16(self, logits, keys, sink):
+        """The official sparse_attn kernel's numerics: unnormalised probabilities exp(s - max) (max over the
+        attended entries, the sink outside it) rounded to bf16 before the product with the values, their
+        unrounded sum plus exp(sink - max) as the denominator, the output stored bf16. (The kernel takes the
+        max over blocks of 64 entries as it goes; rounding relative to the final max differs only in which
+        values round which way.)"""
+        m = logits.amax(dim=-1, keepdim=True)  # finite: a query always attends to its own position
+        p = torch.exp(logits - m)
+        den = p.sum(dim=-1, keepdim=True) + torch.exp(sink[None, :, None] - m)
+        return self.bf(torch.einsum("thj,jd->thd", self.bf(p), keys) / den)
 
     def out_proj(self, o, prefix):
         cfg = self.cfg
         T, nh, hd = o.shape
         g = cfg.o_groups
-        wo_a = self.w(prefix + "wo_a.weight").view(g, cfg.o_lora, (nh // g) * hd)
-        r = torch.einsum("tgi,gri->tgr", o.reshape(T, g, (nh // g) * hd), wo_a)
+        # Official: wo_a dequantized to bf16 at conversion, a bf16 grouped product without activation QDQ.
+        wo_a = self.bf(self.w(prefix + "wo_a.weight")).view(g, cfg.o_lora, (nh // g) * hd)
+        r = self.bf(torch.einsum("tgi,gri->tgr", o.reshape(T, g, (nh // g) * hd), wo_a))
         return self.lin(r.reshape(T, g * cfg.o_lora), prefix + "wo_b")
 
     # --- MoE (§2.11) ---------------------------------------------------------------------------------
@@ -325,7 +375,7 @@ class DeepseekV41Reference(ReferenceCommon):
         h = F.silu(g) * u
         if weight is not None:
             h = weight * h
-        return self.lin(h, prefix + "w2")
+        return self.lin(self.bf(h), prefix + "w2")
 
     def moe(self, x, prefix, topk):
         cfg = self.cfg
@@ -335,7 +385,7 @@ class DeepseekV41Reference(ReferenceCommon):
         if cfg.norm_topk and topk > 1:
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
         weights = weights * cfg.route_scale
-        return self.experts(x, sel, weights, prefix)
+        return self.bf(self.experts(x, sel, weights, prefix))
 
     # --- blocks and model -------------------------------------------------------------------------------
 
@@ -343,11 +393,11 @@ class DeepseekV41Reference(ReferenceCommon):
         """§2.2: the attention collapses with the previous sub-layer's pre, the FFN with this block's
         attention pre (computed before the attention); returns (X, this block's FFN pre)."""
         pre_a, post_a, comb_a = self.hc_mix(X, prefix + "hc_attn")
-        a = self.norm(self.hc_pre(X, pre_in), prefix + "attn_norm")
-        X = self.hc_post(attn_fn(a), X, post_a, comb_a)
+        a = self.norm(self.bf(self.hc_pre(X, pre_in)), prefix + "attn_norm")
+        X = self.bf(self.hc_post(attn_fn(a), X, post_a, comb_a))
         pre_f, post_f, comb_f = self.hc_mix(X, prefix + "hc_ffn")
-        f = self.norm(self.hc_pre(X, pre_a), prefix + "ffn_norm")
-        X = self.hc_post(self.moe(f, prefix + "ffn.", topk), X, post_f, comb_f)
+        f = self.norm(self.bf(self.hc_pre(X, pre_a)), prefix + "ffn_norm")
+        X = self.bf(self.hc_post(self.moe(f, prefix + "ffn.", topk), X, post_f, comb_f))
         return X, pre_f
 
     def one_hot_pre(self, T):
@@ -370,13 +420,13 @@ class DeepseekV41Reference(ReferenceCommon):
             if L in cfg.engram_layers:
                 X = self.engram(X, ids, L)
             if cfg.n_mtp and L in cfg.dspark_targets:
-                taps[L] = X.mean(dim=1)
+                taps[L] = self.bf(X.mean(dim=1))
             X, pre_in = self.block(X, pre_in, prefix,
                                    lambda a, L=L, prefix=prefix: self.attention(a, prefix + "attn.", L, positions, state),
                                    cfg.topk)
             self._record(f"layer{L}.out", X)
-        y = self.norm(self.hc_pre(X, pre_in), "norm")
-        return y @ self.head().T, taps
+        y = self.norm(self.bf(self.hc_pre(X, pre_in)), "norm")
+        return y @ self.head().T, taps  # the official head: fp32 weights on the bf16 norm output
 
     # --- DSpark (§2.12) ----------------------------------------------------------------------------
 
@@ -386,6 +436,8 @@ class DeepseekV41Reference(ReferenceCommon):
         [T-1, block, vocab] of draft k given the greedy o_k, drafts [T-1, block] greedy, confidence
         logits [T-1, block])."""
         cfg = self.cfg
+        if self.ref:
+            raise ValueError("the DSpark head is computed in plain numerics only")
         ids = self._check_ids(ids)
         T = ids.numel()
         P, B, V = max(T - 1, 0), cfg.dspark_block, cfg.vocab

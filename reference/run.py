@@ -7,10 +7,11 @@
 writes float32 .npy logits [T, vocab], or with --mtp the MTP logits [T-1, vocab] (row p predicts token
 p+2 from the state at p and token p+1). --out-mtp writes the MTP logits as well, in the same run.
 
-A DeepseekV41ForCausalLM checkpoint (config.json architectures[0]) runs model_v41.py (plain numerics
-only). Its draft head is DSpark: --out-dspark FILE.npz writes, for every p < T-1 (the round after p with
-anchor token p+1), `logits0` [T-1, vocab] (draft 0, which depends on the anchor only), `drafts`
-[T-1, block] (greedy chain) and `confidence` [T-1, block] (raw logits).
+A DeepseekV41ForCausalLM checkpoint (config.json architectures[0]) runs model_v41.py (--numerics reference:
+the official V4.1 code's activation FP8 QDQ in blocks of 32 and bf16 storage). Its draft head is DSpark
+(plain numerics only): --out-dspark FILE.npz writes, for every p < T-1 (the round after p with anchor token
+p+1), `logits0` [T-1, vocab] (draft 0, which depends on the anchor only), `drafts` [T-1, block] (greedy
+chain) and `confidence` [T-1, block] (raw logits).
 """
 import json
 import argparse
@@ -55,7 +56,8 @@ def main():
     ap.add_argument("--no-kv-qdq", action="store_true", help="turn off the KV FP8 and indexer FP4 QDQ")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--numerics", choices=["plain", "reference"], default="plain",
-                    help="'reference': activation FP8 QDQ before FP8/FP4 GEMMs and bf16 storage (statistical only)")
+                    help="'reference': activation FP8 QDQ before FP8/FP4 GEMMs (blocks of 128 on V4, 32 on V4.1) and "
+                         "bf16 storage, as the official code (statistical comparisons only)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
     ap.add_argument("--out-dspark", help="V4.1: also write the DSpark draft head's outputs (.npz, see above)")
     args = ap.parse_args()
@@ -67,9 +69,12 @@ def main():
     with open(os.path.join(args.model, "config.json")) as f:
         arch = (json.load(f).get("architectures") or [""])[0]
     if arch == "DeepseekV41ForCausalLM":
-        if args.mtp or args.out_mtp or args.numerics != "plain":
-            raise SystemExit("V4.1: --mtp/--out-mtp (use --out-dspark) and --numerics reference are not supported")
-        model = DeepseekV41Reference(args.model, dtype=getattr(torch, args.dtype), kv_qdq=not args.no_kv_qdq)
+        if args.mtp or args.out_mtp:
+            raise SystemExit("V4.1: --mtp/--out-mtp are not supported (use --out-dspark)")
+        if args.out_dspark and args.numerics != "plain":
+            raise SystemExit("V4.1: --out-dspark is computed in plain numerics only")
+        model = DeepseekV41Reference(args.model, dtype=getattr(torch, args.dtype), kv_qdq=not args.no_kv_qdq,
+                                     numerics=args.numerics)
         with torch.no_grad():
             logits, taps = model.forward(ids)
             np.save(args.out, logits.to(torch.float32).numpy())
@@ -77,7 +82,8 @@ def main():
                 dl, drafts, conf = model.dspark(taps, ids)
                 np.savez(args.out_dspark, logits0=dl[:, 0].to(torch.float32).numpy(), drafts=drafts.numpy(),
                          confidence=conf.to(torch.float32).numpy())
-        print(f"reference V4.1: {len(ids)} tokens, {args.dtype}, kv_qdq={not args.no_kv_qdq}: "
+        print(f"reference V4.1: {len(ids)} tokens, {args.dtype}, numerics={args.numerics}, "
+              f"kv_qdq={not args.no_kv_qdq}: "
               f"{time.time() - t0:.1f} s", file=sys.stderr)
         return
     if args.out_dspark:

@@ -8,12 +8,16 @@ configs/tiny-v41.json --seed 1 --out T41`), and what a prompt exercises:
   * coverage: every index source prunes (selects fewer than its visible entries) for some query; the
     candidate restriction changes the top-k of some candidate user; Engram gates are spread in (0, 1);
   * DSpark: the draft rounds of a prefix are the same whether its taps come from the prefix alone or
-    from the full prompt (taps look only back).
+    from the full prompt (taps look only back);
+  * 'reference' numerics: the activation QDQ lands in front of exactly the GEMMs the official V4.1 code
+    quantizes (wq_a, wq_b, wkv, wo_b, indexer.wq_b, routed and shared experts, engram.wkv), and it moves
+    the logits away from plain (finite, more than 1e-3 median row difference).
 
 Usage: /usr/bin/python3 reference/tests/model_v41_props_check.py --model T41 [--tokens 300]
 """
 import argparse
 import os
+import re
 import sys
 
 import numpy as np
@@ -77,6 +81,18 @@ def main():
             dl_part, _, _ = pre.dspark(taps_p, ids[:n + 1])
             dd = float((dl_full[:, 0] - dl_part[:, 0]).abs().max())
             check(dd < 1e-9, f"DSpark draft 0 of a prefix with prefix-only taps: max diff {dd:.2e}")
+
+        off = DeepseekV41Reference(args.model, numerics="reference")
+        ref, _ = off.forward(ids)
+        sites = sorted({re.sub(r"\.\d+\.", ".N.", s) for s in off._quantized_sites})
+        official = sorted(f"layers.N.{s}" for s in (
+            "attn.wq_a", "attn.wq_b", "attn.wkv", "attn.wo_b", "attn.indexer.wq_b", "ffn.experts.N.w1",
+            "ffn.experts.N.w2", "ffn.experts.N.w3", "ffn.shared_experts.w1", "ffn.shared_experts.w2",
+            "ffn.shared_experts.w3") + (("engram.wkv",) if cfg.engram_layers else ()))
+        check(sites == official, f"reference numerics quantize the official sites: {sites}")
+        rel = float(((ref - full).norm(dim=1) / full.norm(dim=1)).median())
+        check(bool(torch.isfinite(ref).all()) and rel > 1e-3,
+              f"reference numerics: median row rel. difference from plain = {rel:.2e}")
 
     print("all properties hold" if not failures else f"{len(failures)} failed")
     sys.exit(1 if failures else 0)

@@ -28,7 +28,8 @@
       reference with its activation quantization, --numerics reference, against the same plain run):
       median row relative error, mean KL(plain || candidate), top-1 agreement. Fails unless fast is no
       further on each of the three: the bound is the official numerics' distance, measured in the run.
-      Uses the setup's model and prompt, or --model with a prompt of --tokens ids from --seed (MEDIUM).
+      Uses the setup's model and prompt, or --model with a prompt of --tokens ids from --seed (MEDIUM). V4 and
+      V4.1 alike (run.py picks the model by architectures[0]; V4.1's official numerics: blocks of 32).
   golden.py selftest --dsinfer BIN --config CFG --seed S --work DIR
       the reference's own whole-model checks (reference/tests/model_props_check.py) on a mkmodel checkpoint.
 
@@ -384,7 +385,8 @@ def cmd_fidelity(args):
         os.makedirs(args.work, exist_ok=True)
         import json
         with open(os.path.join(args.model, "config.json")) as f:
-            vocab = json.load(f)["vocab_size"]
+            config = json.load(f)
+        vocab = (config.get("text_config") or config)["vocab_size"]  # V4.1 nests it in text_config
         model, ids = args.model, prompt_ids(args.seed, args.tokens, vocab)
     else:
         model, ids = os.path.join(args.work, "model"), read_ids(args.work)

@@ -52,12 +52,9 @@ void moe_forward(const MoeWeights& w, const LayerShape& ls, StepContext& ctx, co
     stage.rounding.bf16 = [&num](float* v, int64_t n) { num.bf16(v, n); };
     stage.rounding.act_quant = [&num](float* v, int64_t n) { num.act_quant(v, n); };
   }
-  // The views and buffers are kept between calls (no allocation per token); per calling thread.
-  thread_local std::vector<layers::ExpertProducts> experts;
-  thread_local layers::ExpertScratch scratch;
-  experts.resize(static_cast<size_t>(E));
+  std::vector<layers::ExpertProducts> experts(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) experts[e] = products(w.experts[e]);
-  layers::experts_forward(stage, experts, products(w.shared), x, N, chosen, route, y, scratch, ctx.pool);
+  layers::experts_forward(stage, experts, products(w.shared), x, N, chosen, route, y, ws.experts(), ctx.pool);
 }
 
 }  // namespace dsinfer::model::deepseek_v4

@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "model/deepseek_v4/sequence_state.h"
 #include "model/deepseek_v4/shape.h"
+#include "model/layers/experts.h"
 
 namespace dsinfer::model::deepseek_v4 {
 
@@ -41,6 +42,8 @@ class Workspace {
   int32_t* ti(int thread, int slot, size_t n) { return grow(thread_ints_[thread], slot, n); }
   std::vector<int32_t>& tvec(int thread) { return thread_vecs_[thread]; }
   std::vector<const float*>& tptrs(int thread) { return thread_ptrs_[thread]; }
+  // The MoE expert stage's buffers (model/layers/experts.h).
+  layers::ExpertScratch& experts() { return experts_; }
   void set_threads(int n) {
     if (static_cast<int>(thread_floats_.size()) >= n) return;
     thread_floats_.resize(n);
@@ -63,16 +66,16 @@ class Workspace {
   std::vector<std::vector<std::vector<int32_t>>> thread_ints_;
   std::vector<std::vector<int32_t>> thread_vecs_;
   std::vector<std::vector<const float*>> thread_ptrs_;
+  layers::ExpertScratch experts_;
 };
 
 // Named workspace slots (each layer reuses the same ones: layers run one after another).
 enum WsSlot : int {
   kWsX2 = 0, kWsMix, kWsPre, kWsPost, kWsComb, kWsSub, kWsSubOut, kWsQuant,
   kWsQr, kWsQ, kWsKv, kWsO, kWsR, kWsU, kWsS, kWsIdxQ, kWsIdxW, kWsScores, kWsKvDecoded,
-  kWsGate, kWsRouteW, kWsExpertIn, kWsExpertG, kWsExpertU, kWsExpertH, kWsExpertOut, kWsShared,
-  kWsHead, kWsQuant2, kWsIdxU, kWsIdxS, kWsLogits,
+  kWsGate, kWsRouteW, kWsHead, kWsQuant2, kWsIdxU, kWsIdxS, kWsLogits,
 };
-enum WsIntSlot : int { kWsiSel = 0, kWsiSelCount, kWsiRoute, kWsiExpertRows, kWsiExpertStart, kWsiSlotOf };
+enum WsIntSlot : int { kWsiSel = 0, kWsiSelCount, kWsiRoute, kWsiSlotOf };
 
 struct StepContext {
   const ModelShape* shape = nullptr;

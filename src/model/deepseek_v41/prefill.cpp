@@ -19,6 +19,7 @@
 #include "kernels/cpu/vec.h"
 #include "model/deepseek_v41/engram_hash.h"
 #include "model/deepseek_v41/state_range.h"
+#include "model/layers/experts.h"
 #include "model/layers/mhc.h"
 #include "model/layers/pool.h"
 #include "model/layers/router.h"
@@ -1178,42 +1179,47 @@ class Prefill {
     return output_projection(p, o);
   }
 
-  // y [n, d] of an expert (or the shared one) on rows x [n, d], each row's SwiGLU scaled by its weight.
-  Vec expert(const std::string& x, const Vec& rows, int64_t n, const std::vector<double>& weight) {
+  // double_accumulation: y [n, d] of an expert (or the shared one) on rows x [n, d], each row's SwiGLU
+  // scaled by its weight, in double as the float64 reference.
+  Vec expert_double(const std::string& x, const Vec& rows, int64_t n, const std::vector<double>& weight) {
     const Lin &w1 = w_.linear(x + "w1"), &w2 = w_.linear(x + "w2"), &w3 = w_.linear(x + "w3");
     const int64_t I = w1.rows;
-    if (opt_.double_accumulation) {
-      Vec y(static_cast<size_t>(n * d_));
-      pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
-        std::vector<double> h(static_cast<size_t>(I));
-        const double lim = c_.swiglu_limit;
-        for (int64_t i = b; i < e; ++i) {
-          const float* xi = rows.data() + i * d_;
-          for (int64_t k = 0; k < I; ++k) {
-            double g = dot(xi, w1.row(k), w1.cols), u = dot(xi, w3.row(k), w3.cols);
-            if (lim > 0) {
-              u = std::clamp(u, -lim, lim);
-              g = std::min(g, lim);
-            }
-            h[k] = static_cast<float>(weight[i] * (g / (1.0 + std::exp(-g))) * u);
+    Vec y(static_cast<size_t>(n * d_));
+    pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+      std::vector<double> h(static_cast<size_t>(I));
+      const double lim = c_.swiglu_limit;
+      for (int64_t i = b; i < e; ++i) {
+        const float* xi = rows.data() + i * d_;
+        for (int64_t k = 0; k < I; ++k) {
+          double g = dot(xi, w1.row(k), w1.cols), u = dot(xi, w3.row(k), w3.cols);
+          if (lim > 0) {
+            u = std::clamp(u, -lim, lim);
+            g = std::min(g, lim);
           }
-          for (int64_t r = 0; r < w2.rows; ++r) {
-            double acc = 0;
-            for (int64_t k = 0; k < I; ++k) acc += h[k] * w2.row(r)[k];
-            y[i * d_ + r] = static_cast<float>(acc);
-          }
+          h[k] = static_cast<float>(weight[i] * (g / (1.0 + std::exp(-g))) * u);
         }
-      });
-      return y;
-    }
-    const Vec g = matmul(pool_, rows, n, w1), u = matmul(pool_, rows, n, w3);
-    Vec h(static_cast<size_t>(n * I));
-    for (int64_t i = 0; i < n; ++i) {
-      kernels::swiglu(g.data() + i * I, u.data() + i * I, I, static_cast<float>(c_.swiglu_limit),
-                      static_cast<float>(weight[i]),
-                      h.data() + i * I);
-    }
-    return matmul(pool_, h, n, w2);
+        for (int64_t r = 0; r < w2.rows; ++r) {
+          double acc = 0;
+          for (int64_t k = 0; k < I; ++k) acc += h[k] * w2.row(r)[k];
+          y[i * d_ + r] = static_cast<float>(acc);
+        }
+      }
+    });
+    return y;
+  }
+
+  // An expert's three prepared linears as the shared expert stage takes them (int8 products when the
+  // routed FP4 experts run them, --numerics fast). *qdq: the input QDQ block of official_at_fast_sites.
+  layers::ExpertProducts expert_products(const std::string& x, int64_t* qdq) const {
+    const Lin &w1 = w_.linear(x + "w1"), &w2 = w_.linear(x + "w2"), &w3 = w_.linear(x + "w3");
+    *qdq = w1.qdq_block;
+    DSINFER_CHECK(w1.int8.empty() == w2.int8.empty() && w1.int8.empty() == w3.int8.empty() &&
+                      w2.qdq_block == *qdq && w3.qdq_block == *qdq,
+                  "V4.1 prefill: the products of '", x, "' differ in kind");
+    if (!w1.int8.empty()) return {nullptr, nullptr, nullptr, &w1.int8, &w2.int8, &w3.int8};
+    DSINFER_CHECK(!w1.fast.empty() && !w2.fast.empty() && !w3.fast.empty(), "V4.1 prefill: '", x,
+                  "' has no fp32 products");
+    return {&w1.fast, &w2.fast, &w3.fast, nullptr, nullptr, nullptr};
   }
 
   // §2.11 (text only: gate.bias, never bias_vl).
@@ -1238,6 +1244,7 @@ class Prefill {
       wt[t].resize(sel[t].size());
       layers::route_weights(sig.data(), sel[t].data(), static_cast<int64_t>(sel[t].size()), spec, wt[t].data());
     }
+    if (!opt_.double_accumulation) return moe_shared_stage(p, f, sel, wt, E);
     std::vector<double> acc(static_cast<size_t>(T_ * d_), 0.0);
     for (int64_t e = 0; e < E; ++e) {
       std::vector<int64_t> ts;
@@ -1254,14 +1261,66 @@ class Prefill {
       const int64_t n = static_cast<int64_t>(ts.size());
       Vec rows(static_cast<size_t>(n * d_));
       for (int64_t i = 0; i < n; ++i) std::copy_n(f.data() + ts[i] * d_, d_, rows.data() + i * d_);
-      const Vec out = expert(core::str_cat(p, "experts.", e, "."), rows, n, weight);
+      const Vec out = expert_double(core::str_cat(p, "experts.", e, "."), rows, n, weight);
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t c = 0; c < d_; ++c) acc[ts[i] * d_ + c] += out[i * d_ + c];
       }
     }
-    const Vec shared = expert(p + "shared_experts.", f, T_, std::vector<double>(static_cast<size_t>(T_), 1.0));
+    const Vec shared =
+        expert_double(p + "shared_experts.", f, T_, std::vector<double>(static_cast<size_t>(T_), 1.0));
     Vec y(static_cast<size_t>(T_ * d_));
     for (int64_t i = 0; i < T_ * d_; ++i) y[i] = static_cast<float>(acc[i] + shared[i]);
+    return y;
+  }
+
+  // The fp32 products (exact or fast) on the expert stage shared with V4 (model/layers/experts.h): all
+  // rows of an expert in one product, every active expert's and the shared expert's w1/w3 in one parallel
+  // region, the routed outputs summed in fp32 in ascending expert id, then the shared one.
+  Vec moe_shared_stage(const std::string& p, const Vec& f, const std::vector<std::vector<int64_t>>& sel,
+                       const std::vector<std::vector<double>>& wt, int64_t E) {
+    const int64_t K = sel.empty() ? 0 : static_cast<int64_t>(sel[0].size());
+    // The small per-expert arrays are kept between calls. The stage's buffers are not: kept after a
+    // prefill they hold megabytes in the engine thread's heap, and glibc then hands the per-step logits
+    // (V4.1 allocates them afresh each step) new pages to fault in every step: +60k-100k minor faults
+    // and a quarter of the 16-stream decode throughput on MEDIUM-V41 (bench-serve, measured).
+    thread_local std::vector<layers::ExpertProducts> experts;
+    thread_local std::vector<int32_t> chosen;
+    thread_local std::vector<float> route;
+    layers::ExpertScratch scratch;
+    experts.assign(static_cast<size_t>(E), layers::ExpertProducts{});
+    chosen.resize(static_cast<size_t>(T_ * K));
+    route.resize(static_cast<size_t>(T_ * K));
+    int64_t routed_qdq = -1, qdq = 0, act_block = 0, inter = 0;
+    for (int64_t t = 0; t < T_; ++t) {
+      DSINFER_CHECK(static_cast<int64_t>(sel[t].size()) == K, "V4.1 prefill: rows chose different expert counts");
+      for (int64_t s = 0; s < K; ++s) {
+        const int64_t e = sel[t][s];
+        chosen[t * K + s] = static_cast<int32_t>(e);
+        route[t * K + s] = static_cast<float>(wt[t][s]);  // as the SwiGLU took it
+        if (experts[e].w1 != nullptr || experts[e].w1_int8 != nullptr) continue;
+        const std::string x = core::str_cat(p, "experts.", e, ".");
+        experts[e] = expert_products(x, &qdq);
+        DSINFER_CHECK(routed_qdq < 0 || routed_qdq == qdq, "V4.1 prefill: routed experts with different QDQ");
+        routed_qdq = qdq;
+        const Lin& w1 = w_.linear(x + "w1");
+        DSINFER_CHECK(inter == 0 || inter == w1.rows, "V4.1 prefill: routed experts of different widths");
+        inter = w1.rows;
+        if (experts[e].int8()) act_block = w1.act_block;
+      }
+    }
+    int64_t shared_qdq = 0;
+    const layers::ExpertProducts shared = expert_products(p + "shared_experts.", &shared_qdq);
+    DSINFER_CHECK(shared_qdq == 0, "V4.1 prefill: the shared expert's inputs are never QDQ'd");
+    layers::ExpertStage stage{d_, inter, shared.w1->rows(), K,
+                              static_cast<float>(c_.swiglu_limit), act_block, {}};
+    if (routed_qdq > 0) {
+      // official_at_fast_sites: the routed experts' inputs FP8-QDQ'd per block, as matmul_into does.
+      stage.rounding.act_quant = [routed_qdq](float* v, int64_t n) { kernels::fp8_block_qdq(v, n, routed_qdq); };
+      stage.rounding.act_quant_shared = false;
+    }
+    Vec y(static_cast<size_t>(T_ * d_));
+    layers::experts_forward(stage, experts, shared, f.data(), T_, chosen.data(), route.data(), y.data(), scratch,
+                            &pool_);
     return y;
   }
 

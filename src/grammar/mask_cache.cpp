@@ -223,9 +223,6 @@ class KernelWalk {
   static constexpr uint32_t kAt = 0, kState = 1, kHere = 2;
   struct Item {
     uint32_t prod, dot, tag, origin;
-    bool operator<(const Item& o) const {
-      return prod != o.prod ? prod < o.prod : dot != o.dot ? dot < o.dot : tag != o.tag ? tag < o.tag : origin < o.origin;
-    }
   };
 
   Symbol next_symbol(uint32_t prod, uint32_t dot) const {
@@ -248,12 +245,22 @@ class KernelWalk {
   static uint64_t pack(const Item& it) {  // prod < 2^20, dot < 2^16 (grammar.cpp's limits); ids < 2^26
     return (uint64_t{it.prod} << 44) | (uint64_t{it.dot} << 28) | (uint64_t{it.tag} << 26) | it.origin;
   }
+  static uint64_t mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return k;
+  }
+  bool has_seen(uint64_t k) const {
+    const size_t mask = seen_keys_.size() - 1;
+    for (size_t p = mix(k) & mask; seen_gen_[p] == gen_; p = (p + 1) & mask) {
+      if (seen_keys_[p] == k) return true;
+    }
+    return false;
+  }
   bool insert_seen(uint64_t k) {
     const size_t mask = seen_keys_.size() - 1;
-    uint64_t h = k ^ (k >> 33);
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    for (size_t p = h & mask;; p = (p + 1) & mask) {
+    for (size_t p = mix(k) & mask;; p = (p + 1) & mask) {
       if (seen_gen_[p] != gen_) {
         seen_gen_[p] = gen_;
         seen_keys_[p] = k;
@@ -340,39 +347,53 @@ class KernelWalk {
     return out;
   }
 
-  // The state of the set being built: its items that still wait (completed ones never act again),
-  // sorted, plus what the unknown context could scan next.
+  // The state of the set being built: its items that still wait (completed ones never act again), as a
+  // set, plus what the unknown context could scan next. Looked up by an order-free hash of the items
+  // and confirmed exactly: a state of as many items whose every item is in the set being built (no sort
+  // and no key string per step; most steps lead to a known state).
   uint32_t intern(const ByteSet& unknown) {
-    std::vector<Item> items;
+    uint64_t h = 0;
+    size_t n = 0;
     for (const Item& it : building_) {
-      if (next_symbol(it.prod, it.dot) != EarleyMatcher::kNone) items.push_back(it);
+      if (next_symbol(it.prod, it.dot) == EarleyMatcher::kNone) continue;
+      h += mix(pack(it));
+      ++n;
     }
-    std::sort(items.begin(), items.end());
-    std::string key(reinterpret_cast<const char*>(items.data()), items.size() * sizeof(Item));
-    key.append(reinterpret_cast<const char*>(unknown.words.data()), sizeof(unknown.words));
-    auto [pos, inserted] = states_.emplace(std::move(key), static_cast<uint32_t>(states_.size()));
-    if (inserted) {
-      DSINFER_CHECK_INTERNAL(pos->second < (1u << 26), "mask cache walk: too many states");
-      // The state's row of transitions: a byte no item scans is refused without an Earley step,
-      // uncertain where the unknown context could scan it.
-      ByteSet scans;
-      for (const Item& it : items) {
-        const Symbol sym = next_symbol(it.prod, it.dot);
-        if (is_terminal(sym)) scans.merge(g_.terminals[terminal_index(sym)]);
+    for (uint64_t w : unknown.words) h = mix(h ^ w);
+    for (auto [c, end] = by_hash_.equal_range(h); c != end; ++c) {
+      const uint32_t id = c->second;
+      if (states_items_[id].size() != n || !(unknown_[id] == unknown)) continue;
+      bool same = true;
+      for (const Item& it : states_items_[id]) {
+        if (!(same = has_seen(pack(it)))) break;
       }
-      for (int b = 0; b < 256; ++b) {
-        const auto byte = static_cast<uint8_t>(b);
-        transitions_.push_back(scans.has(byte) ? kUnknown : unknown.has(byte) ? kUncertain : kRejected);
-      }
-      std::vector<Item> waiting;
-      for (const Item& it : items) {
-        if (!is_terminal(next_symbol(it.prod, it.dot))) waiting.push_back(it);
-      }
-      states_waiting_.push_back(std::move(waiting));
-      states_items_.push_back(std::move(items));
-      unknown_.push_back(unknown);
+      if (same) return id;
     }
-    return pos->second;
+    const auto id = static_cast<uint32_t>(states_items_.size());
+    DSINFER_CHECK_INTERNAL(id < (1u << 26), "mask cache walk: too many states");
+    by_hash_.emplace(h, id);
+    std::vector<Item> items, waiting;
+    ByteSet scans;
+    for (const Item& it : building_) {
+      const Symbol sym = next_symbol(it.prod, it.dot);
+      if (sym == EarleyMatcher::kNone) continue;
+      items.push_back(it);
+      if (is_terminal(sym)) {
+        scans.merge(g_.terminals[terminal_index(sym)]);
+      } else {
+        waiting.push_back(it);
+      }
+    }
+    // The state's row of transitions: a byte no item scans is refused without an Earley step,
+    // uncertain where the unknown context could scan it.
+    for (int b = 0; b < 256; ++b) {
+      const auto byte = static_cast<uint8_t>(b);
+      transitions_.push_back(scans.has(byte) ? kUnknown : unknown.has(byte) ? kUncertain : kRejected);
+    }
+    states_items_.push_back(std::move(items));
+    states_waiting_.push_back(std::move(waiting));
+    unknown_.push_back(unknown);
+    return id;
   }
 
   const MaskCache& cache_;
@@ -386,8 +407,8 @@ class KernelWalk {
   std::vector<char> predicted_;  // per nonterminal: predicted in set 0
   std::vector<ByteSet> context_follow_;
   std::vector<char> context_follow_done_;
-  std::unordered_map<std::string, uint32_t> states_;
-  std::vector<std::vector<Item>> states_items_;  // per state: its waiting items, sorted
+  std::unordered_multimap<uint64_t, uint32_t> by_hash_;  // states by the hash of their items
+  std::vector<std::vector<Item>> states_items_;           // per state: its waiting items
   // Per state: those of its items that wait for a nonterminal (what a completion into it reads; most
   // items of a set wait for a byte, and a right-recursive chain completes into every set of the chain).
   std::vector<std::vector<Item>> states_waiting_;

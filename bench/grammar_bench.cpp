@@ -3,7 +3,9 @@
 // the same for strict tool calls (the DSML tool-call grammar of two tools, tool_choice auto, over the
 // vocabulary that keeps the DSML marker) along a V4 tool-call block. Masks three ways, interleaved per
 // round: the full trie walk (no mask cache), the grammar's shared mask cache on its first request (a
-// fresh cache), and on a later request (warm: what a cached schema meets).
+// fresh cache), and on a later request (warm: what a cached schema meets). Then the cold walks: every
+// kernel item met along the instance walked once on a fresh cache, in thread CPU ms (per walk; "wide"
+// walks, whose entry keeps a bitmask because most of the vocabulary passes, are string positions).
 // Usage: bench_grammar [--walks-only] [path to the npm V3 base tokenizer.json] (default: the one
 // scripts/setup.sh installs). --walks-only: only the cold walks' line per schema (for profiling them).
 #include <algorithm>

@@ -3,16 +3,21 @@
 // the same for strict tool calls (the DSML tool-call grammar of two tools, tool_choice auto, over the
 // vocabulary that keeps the DSML marker) along a V4 tool-call block. Masks three ways, interleaved per
 // round: the full trie walk (no mask cache), the grammar's shared mask cache on its first request (a
-// fresh cache), and on a later request (warm: what a cached schema meets).
-// Usage: bench_grammar [path to the npm V3 base tokenizer.json] (default: the one scripts/setup.sh installs)
+// fresh cache), and on a later request (warm: what a cached schema meets). Then the cold walks: every
+// kernel item met along the instance walked once on a fresh cache, in thread CPU ms (per walk; "wide"
+// walks, whose entry keeps a bitmask because most of the vocabulary passes, are string positions).
+// Usage: bench_grammar [--walks-only] [path to the npm V3 base tokenizer.json] (default: the one
+// scripts/setup.sh installs). --walks-only: only the cold walks' line per schema (for profiling them).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "grammar/earley_matcher.h"
 #include "grammar/json_schema.h"
 #include "grammar/mask_cache.h"
 #include "grammar/token_matcher.h"
@@ -26,6 +31,13 @@ using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// This thread's CPU time in ms: what a walk costs whatever else the machine runs (it is shared).
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
 
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -69,12 +81,62 @@ std::vector<double> mask_times(const std::shared_ptr<const dsinfer::grammar::Gra
   return out;
 }
 
+bool walks_only = false;
+
+// The cold cost the first request of a schema pays: each kernel item met along `ids` walked once on a
+// fresh mask cache (what MaskCache::entry does for a new item), CPU ms per walk; 3 rounds.
+void report_walks(const dsinfer::grammar::Grammar& compiled,
+                  const std::shared_ptr<const dsinfer::grammar::Vocabulary>& vocab, const std::vector<int32_t>& ids) {
+  using namespace dsinfer::grammar;
+  std::vector<double> per_walk, wide_walk, per_schema;
+  size_t walks = 0;
+  for (int round = 0; round < 3; ++round) {
+    Grammar fresh = compiled;
+    fresh.mask_cache = std::make_shared<MaskCache>(fresh);
+    auto g = std::make_shared<const Grammar>(std::move(fresh));
+    EarleyMatcher m(g);
+    std::vector<uint64_t> seen;
+    double total = 0;
+    auto walk_new = [&](uint64_t key) {
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
+      seen.push_back(key);
+      const double t = thread_cpu_ms();
+      const bool wide = !g->mask_cache->entry(g, vocab, key)->words.empty();
+      per_walk.push_back(thread_cpu_ms() - t);
+      if (wide) wide_walk.push_back(per_walk.back());
+      total += per_walk.back();
+    };
+    walk_new(MaskCache::kStartKey);
+    for (int32_t id : ids) {
+      if (!m.accept_bytes(vocab->bytes_of(id))) return;
+      const size_t base = m.bytes_accepted();
+      for (const auto& it : m.last_set()) {
+        if (it.origin < base && m.next_symbol(it) != EarleyMatcher::kNone) walk_new(MaskCache::item_key(it.prod, it.dot));
+      }
+    }
+    walks = seen.size();
+    per_schema.push_back(total);
+  }
+  // Wide: entries kept as a bitmask (most of the vocabulary accepted: string positions), the costly walks.
+  const size_t wide = wide_walk.size() / 3;
+  if (wide_walk.empty()) wide_walk.push_back(0);
+  std::printf("  cold walks: %zu per request (%zu wide), CPU ms per walk median / p99 / max %.2f / %.2f / %.2f, wide median %.2f;"
+              " per request (median) %.1f ms\n",
+              walks, wide, percentile(per_walk, 0.5), percentile(per_walk, 0.99), percentile(per_walk, 1.0),
+              percentile(wide_walk, 0.5), percentile(per_schema, 0.5));
+}
+
 // Prints the three ways' mask times for one grammar (rounds interleaved); false when a token is refused.
 bool report_masks(const char* name, double compile_ms, const dsinfer::grammar::Grammar& compiled,
                   const std::shared_ptr<const dsinfer::grammar::Vocabulary>& vocab, const std::vector<int32_t>& ids,
                   const char* extra = "") {
   using dsinfer::grammar::Grammar;
   using dsinfer::grammar::MaskCache;
+  if (walks_only) {
+    std::printf("%s\n", name);
+    report_walks(compiled, vocab, ids);
+    return true;
+  }
   constexpr int kRounds = 3;
   Grammar plain = compiled;
   plain.mask_cache = nullptr;
@@ -109,6 +171,7 @@ bool report_masks(const char* name, double compile_ms, const dsinfer::grammar::G
               name, compile_ms, percentile(analysis_ms, 0.5), ids.size(), kRounds, extra, line(full_ms).c_str(),
               line(first_ms).c_str(), line(warm_ms).c_str(), stats.entries, static_cast<double>(stats.bytes) / 1024.0,
               stats.walks);
+  report_walks(compiled, vocab, ids);
   return true;
 }
 
@@ -116,7 +179,10 @@ bool report_masks(const char* name, double compile_ms, const dsinfer::grammar::G
 
 int main(int argc, char** argv) {
   using namespace dsinfer;
-  const std::string base_path = argc > 1 ? argv[1] : std::string(tokenizer::kNpmV3BasePath);
+  int arg = 1;
+  walks_only = argc > arg && std::string(argv[arg]) == "--walks-only";
+  if (walks_only) ++arg;
+  const std::string base_path = argc > arg ? argv[arg] : std::string(tokenizer::kNpmV3BasePath);
   std::ifstream in(base_path, std::ios::binary);
   if (!in) {
     std::fprintf(stderr, "cannot read %s (run scripts/setup.sh, or pass the path)\n", base_path.c_str());

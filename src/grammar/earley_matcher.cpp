@@ -29,6 +29,7 @@ EarleyMatcher::EarleyMatcher(std::shared_ptr<const Grammar> grammar, int32_t sta
   ++gen_;
   seen_count_ = 0;
   set_begin_.push_back(0);
+  waiting_begin_.push_back(0);
   for (int32_t p : g_->by_lhs[start]) add({static_cast<uint32_t>(p), 0, 0});
   close();
 }
@@ -86,19 +87,33 @@ void EarleyMatcher::close() {
     const Item it = items_[i];
     Symbol s = next_symbol(it);
     if (s == kNone) {
-      // Complete: advance every item of the origin set waiting for this nonterminal.
+      // Complete: advance every item of the origin set waiting for this nonterminal. A closed set is
+      // read through its list of such items (a right-recursive chain completes into every set of the
+      // chain at each byte, and most items of a set wait for a byte, not a nonterminal).
       int32_t lhs = g_->productions[it.prod].lhs;
-      size_t begin = set_begin_[it.origin];
-      size_t end = it.origin == current ? items_.size() : set_begin_[it.origin + 1];
-      for (size_t j = begin; j < end; ++j) {
-        const Item w = items_[j];
-        if (next_symbol(w) == lhs) add({w.prod, w.dot + 1, w.origin});
+      if (it.origin == current) {
+        for (size_t j = set_begin_[current]; j < items_.size(); ++j) {
+          const Item w = items_[j];
+          if (next_symbol(w) == lhs) add({w.prod, w.dot + 1, w.origin});
+        }
+      } else {
+        const uint32_t end = waiting_begin_[it.origin + 1];
+        for (uint32_t j = waiting_begin_[it.origin]; j < end; ++j) {
+          const Item w = items_[waiting_[j]];
+          if (next_symbol(w) == lhs) add({w.prod, w.dot + 1, w.origin});
+        }
       }
     } else if (!is_terminal(s)) {
       for (int32_t p : g_->by_lhs[s]) add({static_cast<uint32_t>(p), 0, current});
       if (g_->nullable[s]) add({it.prod, it.dot + 1, it.origin});
     }
   }
+  // The set is complete: its items that wait for a nonterminal, for later completions into it.
+  for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
+    const Symbol s = next_symbol(items_[i]);
+    if (s != kNone && !is_terminal(s)) waiting_.push_back(static_cast<uint32_t>(i));
+  }
+  waiting_begin_.push_back(static_cast<uint32_t>(waiting_.size()));
 }
 
 bool EarleyMatcher::accept_byte(uint8_t b) {
@@ -138,6 +153,8 @@ void EarleyMatcher::rollback(size_t n) {
   size_t new_end = set_begin_[set_begin_.size() - n];
   set_begin_.resize(set_begin_.size() - n);
   items_.resize(new_end);
+  waiting_begin_.resize(waiting_begin_.size() - n);
+  waiting_.resize(waiting_begin_.back());
 }
 
 bool EarleyMatcher::is_complete() const {

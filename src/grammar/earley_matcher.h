@@ -68,6 +68,10 @@ class EarleyMatcher {
   std::shared_ptr<const Grammar> g_;
   std::vector<Item> items_;
   std::vector<uint32_t> set_begin_;  // set k is items_[set_begin_[k], set_begin_[k+1] or end)
+  // Per closed set k: waiting_[waiting_begin_[k], waiting_begin_[k+1]) are the indices of its items
+  // whose next symbol is a nonterminal (what a completion into set k reads).
+  std::vector<uint32_t> waiting_;
+  std::vector<uint32_t> waiting_begin_;
   // Membership of the set being built: open addressing keyed by the packed item, cleared by generation.
   std::vector<uint64_t> seen_keys_;
   std::vector<uint32_t> seen_gen_;

@@ -128,12 +128,19 @@ void MaskCache::Entry::apply(std::span<uint32_t> mask) const {
   }
 }
 
-// The trie walk from one kernel item (or the start of the text) with a local Earley matcher: set 0 is
-// the closure of predicting the item's left-hand side (what its origin set surely holds), set 1 the
-// item's closure. Each walk state carries the bytes that the unknown rest of the context could scan
-// next: none at first; after a completed item of set 0's origin, what may follow its nonterminal where
-// the context (not set 0) waits for it; everything once such a byte was taken (the unknown items could
-// then be anywhere). A byte the local set rejects is uncertain when the unknown part could scan it.
+// The trie walk from one kernel item (or the start of the text): set 0 is the closure of predicting the
+// item's left-hand side (what its origin set surely holds), set 1 the item's closure, both built by a
+// real EarleyMatcher that never moves past them. The walk's own Earley sets are interned by their
+// canonical content (items that still wait, each origin named as a position at or before set 1, as
+// the interned state where it started, or as "here"; as TokenMatcher::intern_last_set does), and a
+// step from a state is taken from that content alone: a completion whose origin is a state reads that
+// state's items (equal content, equal futures). So a new transition costs one Earley step, never a
+// replay of the path to it (a right-recursive bounded string's sets grow with the depth, and replays
+// were two thirds of the steps). Each state also carries the bytes that the unknown rest of the context
+// could scan next: none at first; after a completed item of set 0's origin, what may follow its
+// nonterminal where the context (not set 0) waits for it; everything once such a byte was taken (the
+// unknown items could then be anywhere). A byte the local set rejects is uncertain when the unknown part
+// could scan it.
 class KernelWalk {
  public:
   KernelWalk(const MaskCache& cache, const std::shared_ptr<const Grammar>& g, const Vocabulary& vocab, uint64_t key)
@@ -158,6 +165,7 @@ class KernelWalk {
       context_follow_.resize(g_.by_lhs.size());
       context_follow_done_.assign(g_.by_lhs.size(), 0);
     }
+    all_.words.fill(~uint64_t{0});
   }
 
   MaskCache::Entry run() {
@@ -166,51 +174,31 @@ class KernelWalk {
     MaskCache::Entry out;
     const auto& nodes = vocab_.nodes();
     const auto& ids = vocab_.ids();
-    std::vector<uint32_t> path_state{intern({}, ByteSet{})};
-    std::vector<uint8_t> path;
-    size_t real = 0;
-    const ByteSet first = m_->allowed_bytes();  // the start state's unknown part scans nothing
-    ByteSet all;
-    all.words.fill(~uint64_t{0});
+    // The start state: the real matcher's last set (set 1, or set 0 for the start of the text).
+    building_.clear();
+    for (const EarleyMatcher::Item& it : m_->last_set()) {
+      building_.push_back(it.origin == base_ ? Item{it.prod, it.dot, kHere, 0} : Item{it.prod, it.dot, kAt, it.origin});
+    }
+    // Per depth of the walk's path, the state there (sized for the deepest token once: a node costs no
+    // resize; entries past the current depth are stale, never read).
+    std::vector<uint32_t> path_state(vocab_.max_depth() + 2);
+    path_state[0] = intern(ByteSet{});  // the start state's unknown part scans nothing
+    root_ = path_state[0];
     for (uint32_t i = 0; i < nodes.size();) {
       const Vocabulary::Node& n = nodes[i];
-      if (n.depth == 1 && !first.has(n.byte)) {
-        i = n.end;
-        continue;
-      }
-      const size_t parent_depth = n.depth - 1u;
-      path.resize(parent_depth);
-      path_state.resize(parent_depth + 1);
-      if (real > parent_depth) {
-        m_->rollback(real - parent_depth);
-        real = parent_depth;
-      }
-      const uint64_t tkey = (uint64_t{path_state[parent_depth]} << 8) | n.byte;
-      auto t = transitions_.find(tkey);
-      int32_t next;
-      if (t != transitions_.end()) {
-        next = t->second;
-      } else {
-        const ByteSet unknown = unknown_[path_state[parent_depth]];
-        for (; real < parent_depth; ++real) {
-          const bool ok = m_->accept_byte(path[real]);
-          DSINFER_CHECK_INTERNAL(ok, "mask cache walk: a cached transition did not replay");
-        }
-        if (m_->accept_byte(n.byte)) {
-          ++real;
-          next = static_cast<int32_t>(intern(path_state, unknown.has(n.byte) ? all : completed_context()));
-        } else {
-          next = unknown.has(n.byte) ? kUncertain : kRejected;
-        }
-        transitions_.emplace(tkey, next);
+      const uint32_t from = path_state[n.depth - 1u];
+      const size_t at = size_t{from} * 256 + n.byte;
+      int32_t next = transitions_[at];
+      if (next == kUnknown) {  // a byte the state scans, first met: one Earley step
+        next = static_cast<int32_t>(step(from, n.byte));
+        transitions_[at] = next;
       }
       if (next < 0) {
         if (next == kUncertain) out.roots.push_back(i);
         i = n.end;
         continue;
       }
-      path.push_back(n.byte);
-      path_state.push_back(static_cast<uint32_t>(next));
+      path_state[n.depth] = static_cast<uint32_t>(next);
       for (uint32_t k = n.ids_begin; k < n.ids_end; ++k) words[ids[k] >> 5] |= 1u << (ids[k] & 31);
       ++i;
     }
@@ -229,16 +217,121 @@ class KernelWalk {
   }
 
  private:
-  static constexpr int32_t kRejected = -1, kUncertain = -2;
+  static constexpr int32_t kRejected = -1, kUncertain = -2, kUnknown = -3;
+  // An item of a walk state; the origin by kind: a real set (kAt: its position, at or before base_), an
+  // interned state (kState: its id), or the state itself (kHere).
+  static constexpr uint32_t kAt = 0, kState = 1, kHere = 2;
+  struct Item {
+    uint32_t prod, dot, tag, origin;
+  };
 
-  // What the context could scan after the last set: for each item of set 0's origin that completed in
-  // it, the bytes that may follow its nonterminal where an item set 0 does not hold waits for it (an
-  // occurrence at the start of a production set 0 predicted is set 0's own item, already advanced).
+  Symbol next_symbol(uint32_t prod, uint32_t dot) const {
+    const auto& rhs = g_.productions[prod].rhs;
+    return dot < rhs.size() ? rhs[dot] : EarleyMatcher::kNone;
+  }
+
+  // Adds an item to the set being built unless it is there (open addressing, cleared by generation).
+  void add(const Item& it) {
+    if (seen_count_ * 2 >= seen_keys_.size()) {
+      const size_t cap = std::max<size_t>(64, seen_keys_.size() * 2);
+      seen_keys_.assign(cap, 0);
+      seen_gen_.assign(cap, 0);
+      gen_ = 1;
+      seen_count_ = 0;
+      for (const Item& old : building_) insert_seen(pack(old));
+    }
+    if (insert_seen(pack(it))) building_.push_back(it);
+  }
+  static uint64_t pack(const Item& it) {  // prod < 2^20, dot < 2^16 (grammar.cpp's limits); ids < 2^26
+    return (uint64_t{it.prod} << 44) | (uint64_t{it.dot} << 28) | (uint64_t{it.tag} << 26) | it.origin;
+  }
+  static uint64_t mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return k;
+  }
+  bool has_seen(uint64_t k) const {
+    const size_t mask = seen_keys_.size() - 1;
+    for (size_t p = mix(k) & mask; seen_gen_[p] == gen_; p = (p + 1) & mask) {
+      if (seen_keys_[p] == k) return true;
+    }
+    return false;
+  }
+  bool insert_seen(uint64_t k) {
+    const size_t mask = seen_keys_.size() - 1;
+    for (size_t p = mix(k) & mask;; p = (p + 1) & mask) {
+      if (seen_gen_[p] != gen_) {
+        seen_gen_[p] = gen_;
+        seen_keys_[p] = k;
+        ++seen_count_;
+        return true;
+      }
+      if (seen_keys_[p] == k) return false;
+    }
+  }
+  void begin_set() {
+    building_.clear();
+    seen_count_ = 0;
+    if (++gen_ == 0) {  // wrapped: start the table over
+      std::fill(seen_gen_.begin(), seen_gen_.end(), 0);
+      gen_ = 1;
+    }
+  }
+
+  // An item of state `s` advanced past its next symbol, its origin named from the new set.
+  Item advanced(const Item& w, uint32_t s) const {
+    if (w.tag != kHere) return {w.prod, w.dot + 1, w.tag, w.origin};
+    // Started at s: the start state is the real set base_, any other an interned state.
+    return s == root_ ? Item{w.prod, w.dot + 1, kAt, static_cast<uint32_t>(base_)} : Item{w.prod, w.dot + 1, kState, s};
+  }
+
+  // The Earley step from state s on byte b (one it scans): scan, then complete and predict, as
+  // EarleyMatcher::accept_byte does over real sets.
+  uint32_t step(uint32_t s, uint8_t b) {
+    begin_set();
+    for (const Item& it : states_items_[s]) {
+      const Symbol sym = next_symbol(it.prod, it.dot);
+      if (is_terminal(sym) && g_.terminals[terminal_index(sym)].has(b)) add(advanced(it, s));
+    }
+    DSINFER_CHECK_INTERNAL(!building_.empty(), "mask cache walk: an allowed byte was refused");
+    for (size_t i = 0; i < building_.size(); ++i) {
+      const Item it = building_[i];
+      const Symbol sym = next_symbol(it.prod, it.dot);
+      if (sym == EarleyMatcher::kNone) {
+        const int32_t lhs = g_.productions[it.prod].lhs;
+        if (it.tag == kHere) {
+          const size_t end = building_.size();
+          for (size_t j = 0; j < end; ++j) {
+            const Item w = building_[j];
+            if (next_symbol(w.prod, w.dot) == lhs) add({w.prod, w.dot + 1, w.tag, w.origin});
+          }
+        } else if (it.tag == kState) {
+          for (const Item& w : states_waiting_[it.origin]) {
+            if (next_symbol(w.prod, w.dot) == lhs) add(advanced(w, it.origin));
+          }
+        } else {
+          for (const EarleyMatcher::Item& w : m_->set(it.origin)) {
+            if (m_->next_symbol(w) == lhs) add({w.prod, w.dot + 1, kAt, w.origin});
+          }
+        }
+      } else if (!is_terminal(sym)) {
+        for (int32_t p : g_.by_lhs[sym]) add({static_cast<uint32_t>(p), 0, kHere, 0});
+        if (g_.nullable[sym]) add({it.prod, it.dot + 1, it.tag, it.origin});
+      }
+    }
+    return intern(unknown_[s].has(b) ? all_ : completed_context());
+  }
+
+  // What the context could scan after the set being built: for each item of set 0's origin that
+  // completed in it, the bytes that may follow its nonterminal where an item set 0 does not hold waits
+  // for it (an occurrence at the start of a production set 0 predicted is set 0's own item, already
+  // advanced).
   ByteSet completed_context() {
     ByteSet out;
     if (!context_) return out;
-    for (const auto& it : m_->last_set()) {
-      if (it.origin >= base_ || m_->next_symbol(it) != EarleyMatcher::kNone) continue;
+    for (const Item& it : building_) {
+      if (it.tag != kAt || it.origin >= base_ || next_symbol(it.prod, it.dot) != EarleyMatcher::kNone) continue;
       const int32_t lhs = g_.productions[it.prod].lhs;
       if (!context_follow_done_[lhs]) {
         ByteSet f;
@@ -254,46 +347,79 @@ class KernelWalk {
     return out;
   }
 
-  // As TokenMatcher::intern_last_set, plus what the unknown context could scan next.
-  uint32_t intern(const std::vector<uint32_t>& path_state, const ByteSet& unknown) {
-    const size_t here = m_->bytes_accepted();
-    struct Key {
-      uint32_t prod, dot, tag, origin;
-      bool operator<(const Key& o) const {
-        return prod != o.prod ? prod < o.prod : dot != o.dot ? dot < o.dot : tag != o.tag ? tag < o.tag : origin < o.origin;
+  // The state of the set being built: its items that still wait (completed ones never act again), as a
+  // set, plus what the unknown context could scan next. Looked up by an order-free hash of the items
+  // and confirmed exactly: a state of as many items whose every item is in the set being built (no sort
+  // and no key string per step; most steps lead to a known state).
+  uint32_t intern(const ByteSet& unknown) {
+    uint64_t h = 0;
+    size_t n = 0;
+    for (const Item& it : building_) {
+      if (next_symbol(it.prod, it.dot) == EarleyMatcher::kNone) continue;
+      h += mix(pack(it));
+      ++n;
+    }
+    for (uint64_t w : unknown.words) h = mix(h ^ w);
+    for (auto [c, end] = by_hash_.equal_range(h); c != end; ++c) {
+      const uint32_t id = c->second;
+      if (states_items_[id].size() != n || !(unknown_[id] == unknown)) continue;
+      bool same = true;
+      for (const Item& it : states_items_[id]) {
+        if (!(same = has_seen(pack(it)))) break;
       }
-    };
-    std::vector<Key> keys;
-    for (const EarleyMatcher::Item& it : m_->last_set()) {
-      if (m_->next_symbol(it) == EarleyMatcher::kNone) continue;
-      if (it.origin == here) {
-        keys.push_back({it.prod, it.dot, 2, 0});
-      } else if (it.origin <= base_) {
-        keys.push_back({it.prod, it.dot, 0, it.origin});
+      if (same) return id;
+    }
+    const auto id = static_cast<uint32_t>(states_items_.size());
+    DSINFER_CHECK_INTERNAL(id < (1u << 26), "mask cache walk: too many states");
+    by_hash_.emplace(h, id);
+    std::vector<Item> items, waiting;
+    ByteSet scans;
+    for (const Item& it : building_) {
+      const Symbol sym = next_symbol(it.prod, it.dot);
+      if (sym == EarleyMatcher::kNone) continue;
+      items.push_back(it);
+      if (is_terminal(sym)) {
+        scans.merge(g_.terminals[terminal_index(sym)]);
       } else {
-        keys.push_back({it.prod, it.dot, 1, path_state[it.origin - base_]});
+        waiting.push_back(it);
       }
     }
-    std::sort(keys.begin(), keys.end());
-    std::string key(reinterpret_cast<const char*>(keys.data()), keys.size() * sizeof(Key));
-    key.append(reinterpret_cast<const char*>(unknown.words.data()), sizeof(unknown.words));
-    auto [pos, inserted] = states_.emplace(std::move(key), static_cast<uint32_t>(states_.size()));
-    if (inserted) unknown_.push_back(unknown);
-    return pos->second;
+    // The state's row of transitions: a byte no item scans is refused without an Earley step,
+    // uncertain where the unknown context could scan it.
+    for (int b = 0; b < 256; ++b) {
+      const auto byte = static_cast<uint8_t>(b);
+      transitions_.push_back(scans.has(byte) ? kUnknown : unknown.has(byte) ? kUncertain : kRejected);
+    }
+    states_items_.push_back(std::move(items));
+    states_waiting_.push_back(std::move(waiting));
+    unknown_.push_back(unknown);
+    return id;
   }
 
   const MaskCache& cache_;
   const Grammar& g_;
   const Vocabulary& vocab_;
-  std::optional<EarleyMatcher> m_;
+  std::optional<EarleyMatcher> m_;  // holds the real sets 0..base_, never moves past them
   size_t base_ = 0;
   bool context_ = false;
+  uint32_t root_ = 0;
+  ByteSet all_;
   std::vector<char> predicted_;  // per nonterminal: predicted in set 0
   std::vector<ByteSet> context_follow_;
   std::vector<char> context_follow_done_;
-  std::unordered_map<std::string, uint32_t> states_;
-  std::vector<ByteSet> unknown_;  // per state
-  std::unordered_map<uint64_t, int32_t> transitions_;
+  std::unordered_multimap<uint64_t, uint32_t> by_hash_;  // states by the hash of their items
+  std::vector<std::vector<Item>> states_items_;           // per state: its waiting items
+  // Per state: those of its items that wait for a nonterminal (what a completion into it reads; most
+  // items of a set wait for a byte, and a right-recursive chain completes into every set of the chain).
+  std::vector<std::vector<Item>> states_waiting_;
+  std::vector<ByteSet> unknown_;                 // per state
+  std::vector<int32_t> transitions_;  // per state, 256 entries: the next state, kRejected, kUncertain or kUnknown
+  // The set being built, and its membership.
+  std::vector<Item> building_;
+  std::vector<uint64_t> seen_keys_;
+  std::vector<uint32_t> seen_gen_;
+  uint32_t gen_ = 0;
+  size_t seen_count_ = 0;
 };
 
 std::shared_ptr<const MaskCache::Entry> MaskCache::entry(const std::shared_ptr<const Grammar>& g,

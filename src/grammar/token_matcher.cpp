@@ -46,6 +46,7 @@ Vocabulary::Vocabulary(const std::vector<std::string>& token_bytes, std::vector<
       nodes_.push_back({static_cast<uint8_t>(s[d]), static_cast<uint16_t>(d + 1), 0, at, at});
     }
     ids_.push_back(id);
+    max_depth_ = std::max(max_depth_, s.size());
     // A spelling's ids follow its node's creation at once (a prefix sorts first), duplicates included.
     nodes_[path.back()].ids_end = static_cast<uint32_t>(ids_.size());
     prev = &s;

@@ -46,6 +46,7 @@ class Vocabulary {
     uint32_t ids_begin, ids_end;  // into ids(): the tokens spelled by the path to this node
   };
   const std::vector<Node>& nodes() const { return nodes_; }
+  size_t max_depth() const { return max_depth_; }  // the longest token's bytes
   const std::vector<int32_t>& ids() const { return ids_; }
 
  private:
@@ -55,6 +56,7 @@ class Vocabulary {
   std::vector<char> in_trie_;
   std::vector<Node> nodes_;
   std::vector<int32_t> ids_;
+  size_t max_depth_ = 0;
 };
 
 // Bit i of word i/32 set = token i allowed.

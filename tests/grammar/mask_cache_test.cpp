@@ -93,6 +93,42 @@ TEST(MaskCache, StrictToolCallWalksMatchTheFullWalk) {
   }
 }
 
+TEST(MaskCache, StateStepsOverRightRecursionAndNullablesMatchTheFullWalk) {
+  // An item's walk steps from interned states, not from a real matcher: completions into a state read
+  // its items waiting for a nonterminal (a bounded string's right-recursive chain completes into every
+  // set of the chain at each byte), items that started at the walk's first state name the real set
+  // there. Grammars that exercise exactly that (bounded repeats, nullable rules completing where they
+  // were predicted, nesting that completes through several states) over a small vocabulary with
+  // multi-byte UTF-8 (and a character split across tokens), tokens whose prefix is a token, duplicate
+  // spellings, and long tokens that cross several repeats and the string's end: every step's mask is the
+  // full walk's, over many seeded random walks with rollbacks.
+  const std::vector<std::string> spellings = {  // [0]: end of text
+      "", "\"", "\\", ",", ":", "{", "}", "[", "]", "(", ")", "a", "ab", "abc", "abcd", "abcdefgh", "b", "ba",
+      "\u00e9", "\xc3", "\xa9", "\xc3\xa9", "\xe2\x82\xac", "\xe2\x82", "\xac\"", "\xf0\x9f\x98\x80", "a\"", "ab\",",
+      "abcdef\"}", "\\\"", "\\n", "x", "xx", "xxxx", "xxxxxxxx", "0", "1", "12", "-", "true", "null", " ", "  ",
+      "a", "ab", "\"a", "\"ab\"", "\":", "\",\"", "\"}", "é", "éé", "aé", "x)", "(x", "((", "))", ")}", "])"};
+  std::vector<std::string> tokens = spellings;
+  for (int b = 1; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));  // any text can go on
+  auto vocab = std::make_shared<const Vocabulary>(tokens, std::vector<int32_t>{0});
+  std::vector<std::shared_ptr<const Grammar>> grammars = {
+      std::make_shared<const Grammar>(json_schema_grammar(Json::parse(
+          R"g({"type":"object","properties":{"s":{"type":"string","maxLength":9},"t":{"type":"array",
+              "items":{"type":"string","minLength":1,"maxLength":3},"maxItems":3},"n":{"type":"integer"}},
+              "required":["s"]})g"))),
+      testing::ebnf(R"g(root ::= "[" item ("," item)* "]"
+item ::= [a-zé]{0,5} | "(" item ")" | opt opt "x"{2,6}
+opt ::= "" | "b")g"),
+      std::make_shared<const Grammar>(regex_grammar(R"g((a|ab|é){0,7}(x{1,4}|\(x*\))?)g")),
+  };
+  uint32_t seed = 900;
+  for (const auto& g : grammars) {
+    int steps = 0;
+    EXPECT_EQ(compare_mask_walks(g, vocab, seed++, 30, 40, &steps), "") << to_string(*g);
+    EXPECT_GT(steps, 100) << to_string(*g);
+    EXPECT_GT(g->mask_cache->stats().walks, 10u) << to_string(*g);
+  }
+}
+
 TEST(MaskCache, ASecondRequestWalksNothingNew) {
   // The entries belong to the compiled grammar: a second matcher along the same tokens hits them all.
   auto g = std::make_shared<const Grammar>(json_schema_grammar(Json::parse(kSchemas[0])));

@@ -63,7 +63,11 @@ inline std::string compare_mask_walks(const std::shared_ptr<const Grammar>& g,
       int32_t pick = from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
       if (cached.is_complete() && rng() % eos_one_in == 0) pick = vocab->eos_ids().front();
       const bool ok_a = cached.accept_token(pick), ok_b = full.accept_token(pick);
-      if (!ok_a || !ok_b) return "walk " + std::to_string(walk) + ": a masked token was refused";
+      if (!ok_a || !ok_b) {
+        return "walk " + std::to_string(walk) + " step " + std::to_string(step) + ": masked token " +
+               std::to_string(pick) + " '" + vocab->bytes_of(pick) + "' was refused by the " +
+               (ok_a ? "full" : ok_b ? "cached" : "cached and the full") + " matcher";
+      }
     }
   }
   if (steps != nullptr) *steps = compared;

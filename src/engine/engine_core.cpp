@@ -947,7 +947,9 @@ void EngineCore::execute(StepPlan& p) {
       }
     });
   }
-  std::vector<float> logits;
+  std::vector<float>& logits = step_logits_;
+  logits.clear();
+  logits.reserve(static_cast<size_t>(rows * V));
   model_->forward(items, logits);
   DSINFER_CHECK(static_cast<int64_t>(logits.size()) == rows * info_.vocab_size, "model forward returned ",
                 logits.size(), " logits, expected ", rows, " rows of ", info_.vocab_size);

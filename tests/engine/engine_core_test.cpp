@@ -121,5 +121,41 @@ TEST(EngineCore, OverlappedOrderKeepsAccountingAndOutputs) {
   }
 }
 
+// The step's logits (8 MB at 16 streams of a 129k vocabulary) go into one buffer kept across steps,
+// with room for all the step's rows before the model appends them: a fresh vector per step was mapped,
+// faulted in and regrown (copied) as the rows were appended.
+TEST(EngineCore, StepLogitsReuseOneBufferWithRoomForTheRows) {
+  ToyConfig cfg;
+  auto model = std::make_shared<ToyModel>(cfg);
+  EngineOptions o;
+  o.prefix_cache = false;
+  EngineCore core(model, o);
+  for (int i = 0; i < 4; ++i) {
+    RequestSpec s;
+    s.prompt_ids = {2, 3, static_cast<int32_t>(4 + i)};
+    s.max_tokens = 6;
+    s.sampling.temperature = 0;
+    s.ignore_eos = true;
+    ASSERT_EQ(core.check(s).status, SubmitStatus::kAccepted);
+    core.add(std::make_unique<Request>(i + 1, s, nullptr, TokenStream(0, 0)));
+  }
+  for (int step = 0; core.has_work() && step < 100; ++step) {
+    StepPlan plan = core.plan();
+    core.launch(plan);
+    core.execute(plan);
+    core.apply(plan);
+  }
+  ASSERT_FALSE(core.has_work());
+  const auto& seen = model->logits_buffers();
+  ASSERT_GE(seen.size(), 6u);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].size_in, 0u) << "forward " << i;
+    EXPECT_GE(seen[i].capacity_in, seen[i].size_out) << "forward " << i;
+    EXPECT_GT(seen[i].size_out, 0u) << "forward " << i;
+  }
+  // No step needs more rows than the first (4 prompts, then 4 decoding streams): one buffer throughout.
+  for (size_t i = 1; i < seen.size(); ++i) EXPECT_EQ(seen[i].data, seen[0].data) << "forward " << i;
+}
+
 }  // namespace
 }  // namespace dsinfer::engine::testing

@@ -186,6 +186,7 @@ void prune(ToyModel::Seq& s, int64_t window, int64_t max_draft, int64_t block) {
 void ToyModel::forward(std::span<const ForwardItem> items, std::vector<float>& logits) {
   if (before_forward) before_forward();
   ++forward_calls_;
+  logits_buffers_.push_back({logits.data(), logits.size(), logits.capacity(), 0});
   int64_t step_tokens = 0;
   for (const ForwardItem& it : items) {
     auto& s = dynamic_cast<Seq&>(*it.seq);
@@ -201,6 +202,7 @@ void ToyModel::forward(std::span<const ForwardItem> items, std::vector<float>& l
     prune(s, config_.window, config_.max_draft, config_.block_tokens);
     step_tokens += n;
   }
+  logits_buffers_.back().size_out = logits.size();
   tokens_fed_ += step_tokens;
   max_step_tokens_ = std::max(max_step_tokens_, step_tokens);
   note_bytes();

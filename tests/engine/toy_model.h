@@ -64,6 +64,13 @@ class ToyModel final : public ModelRunner {
   int64_t live_bytes() const;
   int64_t peak_bytes() const { return peak_bytes_.load(); }
   int64_t forward_calls() const { return forward_calls_; }
+  // Per forward call, the logits vector as the engine passed it (data, size, capacity) and its size
+  // after the call: whether the engine reuses one buffer with room for the step's rows.
+  struct LogitsBuffer {
+    const float* data = nullptr;
+    size_t size_in = 0, capacity_in = 0, size_out = 0;
+  };
+  const std::vector<LogitsBuffer>& logits_buffers() const { return logits_buffers_; }
   int64_t tokens_fed() const { return tokens_fed_; }
   int64_t max_step_tokens() const { return max_step_tokens_; }
   int64_t live_sequences() const { return static_cast<int64_t>(seqs_.size()); }
@@ -85,6 +92,7 @@ class ToyModel final : public ModelRunner {
   ModelInfo info_;
   std::vector<float> emb_, emb_draft_, head_;
   std::vector<float> mix_window_, mix_blocks_;
+  std::vector<LogitsBuffer> logits_buffers_;
   int64_t forward_calls_ = 0, tokens_fed_ = 0, max_step_tokens_ = 0;
   std::set<const Seq*> seqs_;  // the engine never calls the model from two threads at once
   std::shared_ptr<std::atomic<int64_t>> live_blocks_, live_snapshots_;

@@ -245,6 +245,16 @@ TEST(Fp4Int8Linear, DecodeTilesEqualTheOracleAndTheRowAloneBitwise) {
                                          {{true, true, " vnni"}, {false, false, " maddubs"}});
 }
 
+// The kernels prefetch 8 groups ahead, past a panel's last group into the next panels' first ones
+// (linear_int8_simd.cpp): weights of fewer groups than that (2 and 5 groups), whole and split over
+// threads, stay bitwise the oracle's in the tiles and the panel kernel.
+TEST(Fp4Int8Linear, WeightsOfFewerGroupsThanThePrefetchDistanceEqualTheOracleBitwise) {
+  for (const int64_t cols : {int64_t{64}, int64_t{160}}) {
+    expect_rows_equal_the_oracle_and_alone(16 * 40 + 3, cols, 61u + static_cast<uint32_t>(cols), 70u, {1, 2, 3, 4, 6},
+                                           {{true, true, " vnni"}, {false, false, " maddubs"}});
+  }
+}
+
 TEST(Fp4Int8Linear, BytesPerGroupAreTheNibblesPlusABf16ScaleForE8M0Scales) {
   constexpr int64_t rows = 37, cols = 288, panel_rows = 48, groups = cols / 32;
   const Fp4Int8Linear e8m0(make_fp4(rows, cols, 3u, false).view);

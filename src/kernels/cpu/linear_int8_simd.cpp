@@ -123,6 +123,29 @@ HWY_INLINE VFl LoadHalfScale(const Int8PackedWeight& w, int64_t at) {
 }
 constexpr int kNV = static_cast<int>(kInt8PanelRows / kL);  // vectors per panel
 
+// Groups ahead of the one being computed whose packed nibbles and half scales are prefetched. A
+// panel's group is 256 bytes read once, a tile reads PG panels (and their scales) as separate short
+// streams, and an expert's product (1..4 rows, 288 KiB) is over before the hardware prefetchers have
+// ramped up on them: without this the tiles stalled on the loads (most of their profile samples sat on
+// them), with it a 1..4-row product of the MEDIUM experts took 20-40 % less CPU time (bench_linear).
+constexpr int64_t kPrefetchGroups = 8;
+
+// Prefetches group g of panels [p, p + count) (those that exist); past the last group, the next
+// panels' first groups, where a tile or panel loop goes next.
+HWY_INLINE void PrefetchGroup(const Int8PackedWeight& w, int64_t p, int64_t count, int64_t g) {
+  if (g >= w.groups) {
+    p += count;
+    g -= w.groups;
+    if (g >= w.groups) return;
+  }
+  const int64_t scale_bytes = w.bf16_scales ? 2 : 4;
+  for (int64_t i = p; i < std::min(p + count, w.panels); ++i) {
+    const uint8_t* nibbles = w.panel(i) + g * 4 * kInt8OctetBytes;
+    for (int64_t line = 0; line < 4 * kInt8OctetBytes; line += 64) __builtin_prefetch(nibbles + line);
+    __builtin_prefetch(w.half_scales.get() + (i * w.groups + g) * kInt8PanelRows * scale_bytes);
+  }
+}
+
 // The nibble decode of one 64-byte load into 2·e2m1 + 12 of its low (lo) and high (hi) nibbles: pshufb
 // zeroes a byte whose index has bit 7 set, so both nibbles are masked first.
 HWY_INLINE void DecodeShuffle(VI table, VI mask, VI raw, VI& lo, VI& hi) {
@@ -142,6 +165,7 @@ HWY_INLINE void DecodeShuffle(VI table, VI mask, VI raw, VI& lo, VI& hi) {
     const uint8_t* panel = w.panel(p);                                                                         \
     for (int64_t i = 0; i < M * kInt8PanelRows; ++i) acc[i] = 0.0f;                                            \
     for (int64_t g = 0; g < w.groups; ++g) {                                                                   \
+      PrefetchGroup(w, p, 1, g + kPrefetchGroups);                                                             \
       VI wv[8][kNV];                                                                                           \
       for (int o = 0; o < 4; ++o) {                                                                            \
         for (int v = 0; v < kNV; ++v) {                                                                        \
@@ -200,6 +224,7 @@ constexpr int TilePanels(int MR) { return kNV == 1 ? (MR <= 2 ? 4 : 2) : (MR == 
     for (int m = 0; m < MR; ++m)                                                                               \
       for (int v = 0; v < NV; ++v) acc[m][v] = SetF(0.0f);                                                     \
     for (int64_t g = 0; g < w.groups; ++g) {                                                                   \
+      PrefetchGroup(w, p0, PG, g + kPrefetchGroups);                                                           \
       VI dot[MR][NV];                                                                                          \
       for (int m = 0; m < MR; ++m) {                                                                           \
         const VI c = Set32(static_cast<uint32_t>(qc[m * w.groups + g]));                                       \
@@ -302,6 +327,8 @@ HWY_INLINE void TileAt(DotPath path, const TileArgs& a, int64_t p, int64_t m) {
 template <int MR>
 void TileRange(DotPath path, const TileArgs& a, int64_t p, int64_t p_end) {
   constexpr int PG = TilePanels(MR);
+  // The first tile's first groups: the loop prefetches the rest of the range ahead of itself.
+  for (int64_t g = 0; g < kPrefetchGroups; ++g) PrefetchGroup(*a.w, p, PG, g);
   for (; p + PG <= p_end; p += PG) TileAt<MR, PG>(path, a, p, 0);
   for (; p < p_end; ++p) TileAt<MR, 1>(path, a, p, 0);
 }

@@ -111,6 +111,53 @@ int32_t argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+// Per stage of the timed decode steps: wall ms per step, parallel regions per step, the weight bytes
+// the stage reads per token and the rate that makes against the probe's bandwidth.
+void print_breakdown(const v4::StageProfile& p, const TokenTraffic& t, double sampling_s,
+                     const std::vector<double>& step_s, double bw, int threads) {
+  using v4::Stage;
+  auto bytes_of = [&](Stage s) {
+    switch (s) {
+      case Stage::kMhc: return t.mhc;
+      case Stage::kAttnProducts: return t.attention + t.compressor;
+      case Stage::kFfn: return t.shared + t.routed + t.router;
+      case Stage::kHead: return t.head;
+      case Stage::kOther: return t.embed;
+      default: return 0.0;
+    }
+  };
+  const double steps = static_cast<double>(std::max<int64_t>(p.steps, 1));
+  double step_total = 0;
+  for (double s : step_s) step_total += s;
+  std::printf("breakdown of %lld decode steps (%d threads; wall time per step; GB/s = the stage's weight bytes / its "
+              "time):\n", static_cast<long long>(p.steps), threads);
+  std::printf("  %-22s %8s %6s %8s %10s %8s %8s\n", "stage", "ms", "share", "regions", "weights MB", "GB/s",
+              "of bw");
+  double staged = 0;
+  uint64_t regions = 0;
+  for (int i = 0; i < static_cast<int>(Stage::kCount); ++i) {
+    const Stage s = static_cast<Stage>(i);
+    const double sec = p.seconds[i] / steps, b = bytes_of(s);
+    staged += p.seconds[i];
+    regions += p.regions[i];
+    if (b > 0) {
+      std::printf("  %-22s %8.3f %5.1f%% %8.1f %10.1f %8.1f %7.0f%%\n", v4::stage_name(s), sec * 1e3,
+                  100.0 * p.seconds[i] / step_total, static_cast<double>(p.regions[i]) / steps, b / 1e6,
+                  b / sec / 1e9, 100.0 * b / sec / bw);
+    } else {
+      std::printf("  %-22s %8.3f %5.1f%% %8.1f\n", v4::stage_name(s), sec * 1e3, 100.0 * p.seconds[i] / step_total,
+                  static_cast<double>(p.regions[i]) / steps);
+    }
+  }
+  std::printf("  %-22s %8.3f %5.1f%%\n", "sampling (argmax)", sampling_s / steps * 1e3, 100.0 * sampling_s / step_total);
+  std::printf("  %-22s %8.3f %5.1f%%\n", "outside the forward", (step_total - staged - sampling_s) / steps * 1e3,
+              100.0 * (step_total - staged - sampling_s) / step_total);
+  const double all = t.total();
+  std::printf("  %-22s %8.3f %5.1f%% %8.1f %10.1f %8.1f %7.0f%%\n", "step", step_total / steps * 1e3, 100.0,
+              static_cast<double>(regions) / steps, all / 1e6, all / (step_total / steps) / 1e9,
+              100.0 * all / (step_total / steps) / bw);
+}
+
 int run_bench(int argc, char** argv) {
   Args args("bench",
             "Prefill tokens/s and single-stream decode tokens/s of a model, with this machine's measured read\n"
@@ -133,6 +180,11 @@ int run_bench(int argc, char** argv) {
   args.option("warmup", "N", "untimed decode steps before the timed ones", "4");
   args.option("bandwidth-mib", "MIB", "buffer of the bandwidth probe (well above the last-level cache)", "1024");
   args.option("seed", "S", "seed of the random prompt", "1");
+  args.flag("breakdown",
+            "V4: also print where a decode step's wall time goes, per stage (mHC/norms, attention products, "
+            "compressor+indexer, attention core, FFN, head, other, sampling): ms per step, parallel regions per "
+            "step, and the weight bytes the stage reads against its time (GB/s, share of the measured bandwidth). "
+            "Measured over the timed decode steps (the marks cost well under 0.1 percent of a step)");
   if (!args.parse(argc, argv)) return args.exit_code();
   if (const int64_t k = args.get_int("decoder-replay"); k != 0) {
     DSINFER_CHECK(k > 0, "--decoder-replay must be >= 0, got ", k);
@@ -177,8 +229,11 @@ int run_bench(int argc, char** argv) {
   int threads = 0;
   std::unique_ptr<v4::Model> model;
   std::vector<v4::SequenceOutput> out(1);
+  const bool breakdown = args.has("breakdown");
+  double sampling_s = 0;  // argmax of the logits, in the timed steps (with --breakdown)
   const auto t_load = Clock::now();
   if (config.arch == model::Architecture::kDeepseekV41) {
+    DSINFER_CHECK(!breakdown, "bench: --breakdown measures the V4 forward only (", dir, " is a V4.1 checkpoint)");
 #if DSINFER_ENGINE_HAVE_V41
     // V4.1 through its engine adapter (what serve runs); weights are prepared lazily, on the warm-up.
     engine::V4RunnerOptions ro;
@@ -213,7 +268,10 @@ int run_bench(int argc, char** argv) {
         in.tokens = tokens;
         in.logits = v4::LogitRows::kLast;
         model->forward({&in, 1}, out);
-        return argmax(out[0].logits);
+        const auto t0 = Clock::now();
+        const int32_t id = argmax(out[0].logits);
+        sampling_s += seconds(t0, Clock::now());
+        return id;
       };
     };
   }
@@ -240,6 +298,9 @@ int run_bench(int argc, char** argv) {
   for (int64_t i = 0; i < warmup; ++i) next = step(std::span<const int32_t>(&next, 1));
   std::vector<double> step_s;
   step_s.reserve(decode_tokens);
+  v4::StageProfile profile;
+  if (breakdown) model->set_stage_profile(&profile);
+  sampling_s = 0;
   const auto t_decode = Clock::now();
   for (int64_t i = 0; i < decode_tokens; ++i) {
     const auto t0 = Clock::now();
@@ -247,6 +308,7 @@ int run_bench(int argc, char** argv) {
     step_s.push_back(seconds(t0, Clock::now()));
   }
   const double decode_s = seconds(t_decode, Clock::now());
+  if (breakdown) model->set_stage_profile(nullptr);
   std::vector<double> sorted = step_s;
   std::sort(sorted.begin(), sorted.end());
 
@@ -274,6 +336,7 @@ int run_bench(int argc, char** argv) {
       static_cast<long long>(decode_tokens), static_cast<long long>(prompt_len + warmup), decode_tps,
       sorted[sorted.size() / 2] * 1e3, sorted.front() * 1e3, sorted.back() * 1e3, roofline_tps, bw / 1e9,
       100.0 * decode_tps / roofline_tps);
+  if (breakdown) print_breakdown(profile, traffic, sampling_s, step_s, bw, threads);
   return 0;
 }
 

@@ -84,6 +84,7 @@ uint64_t ThreadPool::participate(int thread) {
 
 void ThreadPool::run_erased(int64_t n_tasks, void* ctx, Trampoline call) {
   std::lock_guard<std::mutex> lock(run_mutex_);
+  regions_.fetch_add(1, std::memory_order_relaxed);
   // No worker is registered (the previous run waited for that), so the job's fields are ours.
   n_tasks_ = n_tasks;
   ctx_ = ctx;

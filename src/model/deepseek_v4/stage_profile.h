@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -28,10 +29,20 @@ inline const char* stage_name(Stage s) {
   return kNames[static_cast<int>(s)];
 }
 
+// Kept per step, so that a shared machine's preempted steps can be told apart: the least disturbed
+// step of each stage is the cleaner signal there.
 struct StageProfile {
-  std::array<double, static_cast<int>(Stage::kCount)> seconds{};
-  std::array<uint64_t, static_cast<int>(Stage::kCount)> regions{};
-  int64_t steps = 0;
+  using Times = std::array<double, static_cast<int>(Stage::kCount)>;
+  Times pending{};         // the step in progress
+  Times pending_serial{};  // of which outside parallel regions (one thread working)
+  std::vector<Times> steps, serial;
+  std::array<uint64_t, static_cast<int>(Stage::kCount)> regions{};  // over all steps
+  void end_step() {
+    steps.push_back(pending);
+    serial.push_back(pending_serial);
+    pending = {};
+    pending_serial = {};
+  }
 };
 
 // Charges the span since the last mark to the stage that ran in it.
@@ -43,16 +54,20 @@ class StageClock {
     if (profile_ == nullptr) return;
     last_ = Clock::now();
     regions_ = pool_->regions();
+    region_ns_ = pool_->region_ns();
   }
   void enter(Stage next) {
     if (profile_ == nullptr) return;
     const auto now = Clock::now();
-    const uint64_t regions = pool_->regions();
+    const uint64_t regions = pool_->regions(), region_ns = pool_->region_ns();
     const int i = static_cast<int>(current_);
-    profile_->seconds[i] += std::chrono::duration<double>(now - last_).count();
+    const double span = std::chrono::duration<double>(now - last_).count();
+    profile_->pending[i] += span;
+    profile_->pending_serial[i] += span - static_cast<double>(region_ns - region_ns_) * 1e-9;
     profile_->regions[i] += regions - regions_;
     last_ = now;
     regions_ = regions;
+    region_ns_ = region_ns;
     current_ = next;
   }
   Stage current() const { return current_; }
@@ -62,6 +77,7 @@ class StageClock {
   const core::ThreadPool* pool_ = nullptr;
   Clock::time_point last_{};
   uint64_t regions_ = 0;
+  uint64_t region_ns_ = 0;
   Stage current_ = Stage::kOther;
 };
 

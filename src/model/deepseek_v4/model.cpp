@@ -212,7 +212,7 @@ void Model::forward(std::span<const SequenceInput> batch, std::span<SequenceOutp
     if (!batch[i].rollback) ctx.seqs[i].state->release_rollback();
   }
   ctx.clock.enter(Stage::kOther);
-  if (profile_ != nullptr) ++profile_->steps;
+  if (profile_ != nullptr) profile_->end_step();
 }
 
 void Model::mtp_forward(std::span<const MtpInput> batch, std::span<SequenceOutput> outputs) {

@@ -205,7 +205,7 @@ int run_bench(int argc, char** argv) {
   args.option("seed", "S", "seed of the random prompt", "1");
   args.flag("breakdown",
             "V4: also print where a decode step's wall time goes, per stage (mHC/norms, attention products, "
-            "compressor+indexer, attention core, FFN, head, other, sampling): ms per step, parallel regions per "
+            "compressor+indexer, attention core, FFN, head, other, sampling): ms per step (median and least disturbed), parallel regions per "
             "step, the serial part (time outside parallel regions, when the other threads idle), and the weight "
             "bytes the stage reads against its least disturbed time (GB/s, share of the measured bandwidth). "
             "Measured over the timed decode steps (the marks cost well under 0.1 percent of a step)");

@@ -10,8 +10,9 @@
 //   bench_linear --benchmark_filter=int8          the FP4 experts' int8 product (--numerics fast), on
 //                                                 activations already quantized (the model quantizes
 //                                                 an expert's rows once for w1 and w3)
-//   bench_linear --benchmark_filter=bf16dot       the FP8 products of --numerics fast (bf16 dot products,
-//                                                 linear_fp8bf16.h), next to the exact FP8 rows
+//   bench_linear --benchmark_filter=bf16dot       the FP8 and BF16 (head) products of --numerics fast (bf16
+//                                                 dot products, linear_fp8bf16.h / linear_bf16dot.h), next
+//                                                 to the exact rows
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_bf16dot.h"
 #include "kernels/cpu/linear_int8.h"
 #include "kernels/cpu/machine_limits.h"
 #include "kernels/cpu/targets.h"
@@ -141,6 +143,32 @@ void run_linear(benchmark::State& state, const Shape& s, int64_t M, Fp8Products 
                  std::to_string(pool->size()));
 }
 
+// The --numerics fast product of a BF16 weight (the head): bf16 dot products (Bf16DotLinear).
+void run_bf16dot(benchmark::State& state, const Shape& s, int64_t M) {
+  const auto src = make_source(s);
+  const int64_t one = s.rows * s.cols * 2;
+  const int64_t copies = std::max<int64_t>(1, ((int64_t{256} << 20) + one - 1) / one);
+  std::vector<Bf16DotLinear> lins;
+  lins.reserve(copies);
+  for (int64_t c = 0; c < copies; ++c) lins.emplace_back(src->view);
+  std::vector<float> x(M * s.cols, 0.01f), y(M * s.rows);
+  core::ThreadPool* pool = &core::ThreadPool::global();
+  int64_t i = 0;
+  for (auto _ : state) {
+    lins[i].forward(x.data(), M, s.cols, y.data(), s.rows, pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    if (++i == copies) i = 0;
+  }
+  const double iters = static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(one);
+  state.counters["GB/s"] = benchmark::Counter(bytes * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["of_bw"] = benchmark::Counter(bytes * iters / 1e9 / limits().bandwidth.gb_per_s,
+                                               benchmark::Counter::kIsRate);
+  state.SetLabel(std::string("BF16 x bf16 ") + (bf16dot_hardware() ? "vdpbf16ps" : "scalar") +
+                 " threads=" + std::to_string(pool->size()));
+}
+
 // The --numerics fast product of an FP4 weight (Fp4Int8Linear::forward_quantized, block 128).
 void run_int8(benchmark::State& state, const Shape& s, int64_t M) {
   constexpr int64_t kBlock = 128;
@@ -198,6 +226,16 @@ int main(int argc, char** argv) {
                                  std::to_string(s.cols) + "/M:" + std::to_string(M) + "/";
         benchmark::RegisterBenchmark(name.c_str(),
                                      [s, M](benchmark::State& st) { run_linear(st, s, M, Fp8Products::kBf16Dot); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime()
+            ->MinTime(0.3);
+      }
+    }
+    if (s.format == WeightFormat::kBF16) {
+      for (int64_t M : {1, 2, 4, 16}) {
+        const std::string name = std::string(s.name) + ".bf16dot/" + std::to_string(s.rows) + "x" +
+                                 std::to_string(s.cols) + "/M:" + std::to_string(M) + "/";
+        benchmark::RegisterBenchmark(name.c_str(), [s, M](benchmark::State& st) { run_bf16dot(st, s, M); })
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime()
             ->MinTime(0.3);

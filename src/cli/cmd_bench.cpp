@@ -111,6 +111,76 @@ int32_t argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+double min_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
+
+// Per stage of the timed decode steps: wall ms per step (median and minimum over the steps: on a
+// shared machine the minimum is the least disturbed step), parallel regions per step, the weight bytes
+// the stage reads per token and the rate that makes at the minimum against the probe's bandwidth.
+void print_breakdown(const v4::StageProfile& p, const TokenTraffic& t, const std::vector<double>& sampling_s,
+                     const std::vector<double>& step_s, double bw, int threads) {
+  using v4::Stage;
+  auto bytes_of = [&](Stage s) {
+    switch (s) {
+      case Stage::kMhc: return t.mhc;
+      case Stage::kAttnProducts: return t.attention + t.compressor;
+      case Stage::kFfn: return t.shared + t.routed + t.router;
+      case Stage::kHead: return t.head;
+      case Stage::kOther: return t.embed;
+      default: return 0.0;
+    }
+  };
+  const size_t n = std::min(p.steps.size(), step_s.size());
+  const double steps = static_cast<double>(std::max<size_t>(n, 1));
+  std::printf("breakdown of %zu decode steps, %d threads (wall ms per step, median and minimum; GB/s = the stage's "
+              "weight bytes / its minimum):\n", n, threads);
+  std::printf("  %-22s %8s %8s %8s %6s %8s %10s %8s %7s\n", "stage", "median", "min", "serial", "share", "regions",
+              "weights MB", "GB/s", "of bw");
+  const double step_median = median_of(step_s);
+  std::vector<double> outside(n);
+  for (size_t k = 0; k < n; ++k) outside[k] = step_s[k] - (k < sampling_s.size() ? sampling_s[k] : 0.0);
+  double sum_min = 0;
+  uint64_t regions = 0;
+  // serial: the median of the stage's time outside parallel regions (the other threads idle then).
+  auto row = [&](const char* name, const std::vector<double>& v, const std::vector<double>* serial, double share_of,
+                 double region_count, double b) {
+    const double med = median_of(v), mn = min_of(v);
+    sum_min += mn;
+    std::printf("  %-22s %8.3f %8.3f ", name, med * 1e3, mn * 1e3);
+    if (serial != nullptr) {
+      std::printf("%8.3f", median_of(*serial) * 1e3);
+    } else {
+      std::printf("%8s", "");
+    }
+    std::printf(" %5.1f%%", 100.0 * med / share_of);
+    if (region_count >= 0) std::printf(" %8.1f", region_count);
+    if (b > 0) std::printf(" %10.1f %8.1f %6.0f%%", b / 1e6, b / mn / 1e9, 100.0 * b / mn / bw);
+    std::printf("\n");
+  };
+  for (int i = 0; i < static_cast<int>(Stage::kCount); ++i) {
+    const Stage s = static_cast<Stage>(i);
+    std::vector<double> v(n), serial(n);
+    for (size_t k = 0; k < n; ++k) {
+      v[k] = p.steps[k][i];
+      serial[k] = p.serial[k][i];
+      outside[k] -= p.steps[k][i];
+    }
+    regions += p.regions[i];
+    row(v4::stage_name(s), v, &serial, step_median, static_cast<double>(p.regions[i]) / steps, bytes_of(s));
+  }
+  row("sampling (argmax)", sampling_s, &sampling_s, step_median, -1, 0);
+  row("outside the forward", outside, &outside, step_median, -1, 0);
+  const double all = t.total();
+  std::printf("  %-22s %8.3f %8.3f %8s %5.1f%% %8.1f %10.1f %8.1f %6.0f%%\n", "step", step_median * 1e3,
+              min_of(step_s) * 1e3, "", 100.0, static_cast<double>(regions) / steps, all / 1e6, all / min_of(step_s) / 1e9,
+              100.0 * all / min_of(step_s) / bw);
+  std::printf("  %-22s %17.3f %8s %6s %8s %10.1f %8.1f %6.0f%%   (each stage at its least disturbed step)\n",
+              "sum of the minima", sum_min * 1e3, "", "", "", all / 1e6, all / sum_min / 1e9, 100.0 * all / sum_min / bw);
+}
+
 int run_bench(int argc, char** argv) {
   Args args("bench",
             "Prefill tokens/s and single-stream decode tokens/s of a model, with this machine's measured read\n"
@@ -133,6 +203,12 @@ int run_bench(int argc, char** argv) {
   args.option("warmup", "N", "untimed decode steps before the timed ones", "4");
   args.option("bandwidth-mib", "MIB", "buffer of the bandwidth probe (well above the last-level cache)", "1024");
   args.option("seed", "S", "seed of the random prompt", "1");
+  args.flag("breakdown",
+            "V4: also print where a decode step's wall time goes, per stage (mHC/norms, attention products, "
+            "compressor+indexer, attention core, FFN, head, other, sampling): ms per step (median and least disturbed), parallel regions per "
+            "step, the serial part (time outside parallel regions, when the other threads idle), and the weight "
+            "bytes the stage reads against its least disturbed time (GB/s, share of the measured bandwidth). "
+            "Measured over the timed decode steps (the marks cost well under 0.1 percent of a step)");
   if (!args.parse(argc, argv)) return args.exit_code();
   if (const int64_t k = args.get_int("decoder-replay"); k != 0) {
     DSINFER_CHECK(k > 0, "--decoder-replay must be >= 0, got ", k);
@@ -177,8 +253,11 @@ int run_bench(int argc, char** argv) {
   int threads = 0;
   std::unique_ptr<v4::Model> model;
   std::vector<v4::SequenceOutput> out(1);
+  const bool breakdown = args.has("breakdown");
+  std::vector<double> sampling_s;  // argmax of the logits per step (with --breakdown)
   const auto t_load = Clock::now();
   if (config.arch == model::Architecture::kDeepseekV41) {
+    DSINFER_CHECK(!breakdown, "bench: --breakdown measures the V4 forward only (", dir, " is a V4.1 checkpoint)");
 #if DSINFER_ENGINE_HAVE_V41
     // V4.1 through its engine adapter (what serve runs); weights are prepared lazily, on the warm-up.
     engine::V4RunnerOptions ro;
@@ -213,7 +292,10 @@ int run_bench(int argc, char** argv) {
         in.tokens = tokens;
         in.logits = v4::LogitRows::kLast;
         model->forward({&in, 1}, out);
-        return argmax(out[0].logits);
+        const auto t0 = Clock::now();
+        const int32_t id = argmax(out[0].logits);
+        sampling_s.push_back(seconds(t0, Clock::now()));
+        return id;
       };
     };
   }
@@ -240,6 +322,12 @@ int run_bench(int argc, char** argv) {
   for (int64_t i = 0; i < warmup; ++i) next = step(std::span<const int32_t>(&next, 1));
   std::vector<double> step_s;
   step_s.reserve(decode_tokens);
+  v4::StageProfile profile;
+  if (breakdown) {
+    model->set_stage_profile(&profile);
+    model->pool().set_region_timing(true);
+  }
+  sampling_s.clear();
   const auto t_decode = Clock::now();
   for (int64_t i = 0; i < decode_tokens; ++i) {
     const auto t0 = Clock::now();
@@ -247,6 +335,10 @@ int run_bench(int argc, char** argv) {
     step_s.push_back(seconds(t0, Clock::now()));
   }
   const double decode_s = seconds(t_decode, Clock::now());
+  if (breakdown) {
+    model->set_stage_profile(nullptr);
+    model->pool().set_region_timing(false);
+  }
   std::vector<double> sorted = step_s;
   std::sort(sorted.begin(), sorted.end());
 
@@ -274,6 +366,7 @@ int run_bench(int argc, char** argv) {
       static_cast<long long>(decode_tokens), static_cast<long long>(prompt_len + warmup), decode_tps,
       sorted[sorted.size() / 2] * 1e3, sorted.front() * 1e3, sorted.back() * 1e3, roofline_tps, bw / 1e9,
       100.0 * decode_tps / roofline_tps);
+  if (breakdown) print_breakdown(profile, traffic, sampling_s, step_s, bw, threads);
   return 0;
 }
 

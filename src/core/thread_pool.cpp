@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -84,6 +85,9 @@ uint64_t ThreadPool::participate(int thread) {
 
 void ThreadPool::run_erased(int64_t n_tasks, void* ctx, Trampoline call) {
   std::lock_guard<std::mutex> lock(run_mutex_);
+  regions_.fetch_add(1, std::memory_order_relaxed);
+  const bool timed = time_regions_.load(std::memory_order_relaxed);
+  const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   // No worker is registered (the previous run waited for that), so the job's fields are ours.
   n_tasks_ = n_tasks;
   ctx_ = ctx;
@@ -111,6 +115,10 @@ void ThreadPool::run_erased(int64_t n_tasks, void* ctx, Trampoline call) {
   job_.store(epoch_ << 1);  // closed
   // Workers that registered before the close leave as soon as their claim fails.
   while (active_.load(std::memory_order_acquire) > 0) DSINFER_PAUSE();
+  if (timed) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    region_ns_.fetch_add(static_cast<uint64_t>(ns.count()), std::memory_order_relaxed);
+  }
   if (error_) {
     std::exception_ptr e = error_;
     error_ = nullptr;

@@ -58,6 +58,14 @@ class ThreadPool {
     run((n + step - 1) / step, [&](int64_t c, int) { fn(c * step, std::min(n, (c + 1) * step)); });
   }
 
+  // Parallel regions this pool has run (runs of one task, or inline in a task, are not regions):
+  // what `dsinfer bench --breakdown` counts per stage.
+  uint64_t regions() const { return regions_.load(std::memory_order_relaxed); }
+  // With region timing on, the caller's wall time inside parallel regions (ns) is summed as well: the
+  // rest of a stage is serial work, during which the other threads idle.
+  void set_region_timing(bool on) { time_regions_.store(on, std::memory_order_relaxed); }
+  uint64_t region_ns() const { return region_ns_.load(std::memory_order_relaxed); }
+
   // The process-wide pool used by kernels when none is passed explicitly.
   static ThreadPool& global();
 
@@ -83,6 +91,9 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> regions_{0};
+  std::atomic<bool> time_regions_{false};
+  std::atomic<uint64_t> region_ns_{0};
   int64_t n_tasks_ = 0;
   uint64_t epoch_ = 0;
   void* ctx_ = nullptr;

@@ -135,6 +135,42 @@ TEST(ThreadPool, RunsFromSeveralThreadsAreSerialised) {
   EXPECT_EQ(total.load(), int64_t{3} * 300 * 21);
 }
 
+// `bench --breakdown` counts parallel regions per stage: only runs handed to the workers are regions.
+TEST(ThreadPool, RegionsCountOnlyRunsHandedToTheWorkers) {
+  ThreadPool pool(2);
+  EXPECT_EQ(pool.regions(), 0u);
+  pool.run(1, [](int64_t, int) {});                        // one task: on the caller
+  pool.parallel_for(10, 100, [](int64_t, int64_t) {});    // one chunk: on the caller
+  EXPECT_EQ(pool.regions(), 0u);
+  pool.run(4, [&](int64_t, int) { pool.run(3, [](int64_t, int) {}); });  // nested runs are inline
+  EXPECT_EQ(pool.regions(), 1u);
+  pool.parallel_for(1000, 10, [](int64_t, int64_t) {});
+  EXPECT_EQ(pool.regions(), 2u);
+  ThreadPool one(1);
+  one.run(10, [](int64_t, int) {});
+  EXPECT_EQ(one.regions(), 0u);
+}
+
+// The caller's time inside regions is summed only while timing is on, and covers the tasks' own time.
+TEST(ThreadPool, RegionTimingSumsTheCallersTimeInsideRegions) {
+  using Clock = std::chrono::steady_clock;
+  ThreadPool pool(2);
+  auto busy_task = [](int64_t, int) {
+    const auto until = Clock::now() + std::chrono::milliseconds(2);
+    while (Clock::now() < until) {
+    }
+  };
+  pool.run(2, busy_task);
+  EXPECT_EQ(pool.region_ns(), 0u);
+  pool.set_region_timing(true);
+  pool.run(2, busy_task);  // the caller waits for both tasks, each of which ran >= 2 ms
+  const uint64_t timed = pool.region_ns();
+  EXPECT_GE(timed, 2'000'000u);
+  pool.set_region_timing(false);
+  pool.run(2, busy_task);
+  EXPECT_EQ(pool.region_ns(), timed);
+}
+
 TEST(ThreadPool, DestroysWhileWorkersSleep) {
   for (int i = 0; i < 3; ++i) {
     ThreadPool pool(3);

@@ -39,6 +39,8 @@ namespace dsinfer::kernels::detail {
 namespace HWY_NAMESPACE {
 
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+constexpr int64_t kPrefetchLanes = 256;  // u32 lanes: 1 KB
+
 // NP panels × MR rows of x: NP·MR independent accumulators hide the latency of the chained vdpbf16ps
 // and each weight load serves MR rows. Every output is still its own chain over kp ascending.
 template <int NP, int MR>
@@ -50,7 +52,12 @@ __attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void TileHw(const uint32_t
     for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
   for (int64_t kp = 0; kp < pairs; ++kp) {
     __m512i w[NP];
-    for (int p = 0; p < NP; ++p) w[p] = _mm512_loadu_si512(panel0 + p * panel_stride + kp * 16);
+    for (int p = 0; p < NP; ++p) {
+      // One line per panel per step, kPrefetchLanes ahead: NP interleaved streams of one panel each
+      // (32 KB for the MEDIUM head), which the hardware prefetchers ramp up to late.
+      _mm_prefetch(reinterpret_cast<const char*>(panel0 + p * panel_stride + kp * 16 + kPrefetchLanes), _MM_HINT_T0);
+      w[p] = _mm512_loadu_si512(panel0 + p * panel_stride + kp * 16);
+    }
     for (int r = 0; r < MR; ++r) {
       const __m512i a = _mm512_set1_epi32(static_cast<int>(xp0[r * x_stride + kp]));
       for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)w[p], (__m512bh)a);

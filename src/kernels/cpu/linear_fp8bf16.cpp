@@ -59,6 +59,21 @@ inline float panel_scale(const Fp8Bf16Weight& w, int64_t p, int64_t b) {
 
 bool fp8bf16_hw_allowed();
 
+// The decode tables' bytes: low and high byte of the exact bf16 of each 7-bit magnitude (0x7F, NaN, as 0).
+struct DecodeBytes {
+  alignas(64) uint8_t lo[128];
+  alignas(64) uint8_t hi[128];
+};
+inline DecodeBytes decode_bytes() {
+  DecodeBytes b;
+  for (int c = 0; c < 128; ++c) {
+    const uint16_t v = c == 0x7F ? 0 : fp8_bf16_bits(static_cast<uint8_t>(c));
+    b.lo[c] = static_cast<uint8_t>(v);
+    b.hi[c] = static_cast<uint8_t>(v >> 8);
+  }
+  return b;
+}
+
 }  // namespace dsinfer::kernels::detail
 #endif
 
@@ -68,6 +83,9 @@ namespace HWY_NAMESPACE {
 
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
 #define DSINFER_FP8BF16_HW __attribute__((target(HWY_TARGET_STR ",avx512bf16,avx512vbmi")))
+
+// How far ahead of its use a panel's stream is prefetched.
+constexpr int64_t kPrefetchBytes = 1024;
 
 // Byte tables of the decode (vpermi2b over the 7 magnitude bits): low and high byte of the exact bf16.
 struct DecodeTables {
@@ -100,7 +118,12 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
   int64_t kp = kp0;
   for (; kp + 2 <= kp1; kp += 2) {
     __m512i wa[NP], wb[NP];
-    for (int p = 0; p < NP; ++p) DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
+    for (int p = 0; p < NP; ++p) {
+      // One line per panel per step: the NP streams are short (a panel is 16 rows x K bytes) and
+      // interleaved, which the hardware prefetchers ramp up to late. Past the end it is a no-op.
+      _mm_prefetch(reinterpret_cast<const char*>(panel[p] + kp * 32 + kPrefetchBytes), _MM_HINT_T0);
+      DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
+    }
     for (int r = 0; r < MR; ++r) {
       const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp]));
       for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wa[p], (__m512bh)xa);
@@ -203,14 +226,10 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float
   const int64_t pb = row_lo / kPanelRows, pe = (row_hi + kPanelRows - 1) / kPanelRows;
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
   if (fp8bf16_hw_allowed()) {
-    alignas(64) uint8_t lo[128], hi[128];
-    for (int c = 0; c < 128; ++c) {
-      const uint16_t v = c == 0x7F ? 0 : fp8_bf16_bits(static_cast<uint8_t>(c));
-      lo[c] = static_cast<uint8_t>(v);
-      hi[c] = static_cast<uint8_t>(v >> 8);
-    }
-    const DecodeTables t{_mm512_load_si512(lo), _mm512_load_si512(lo + 64), _mm512_load_si512(hi),
-                         _mm512_load_si512(hi + 64)};
+    // Built once: a decode step runs hundreds of these products' tasks, each a few microseconds.
+    static const DecodeBytes bytes = decode_bytes();
+    const DecodeTables t{_mm512_load_si512(bytes.lo), _mm512_load_si512(bytes.lo + 64),
+                         _mm512_load_si512(bytes.hi), _mm512_load_si512(bytes.hi + 64)};
     // Groups of 4 panels (64 rows × K bytes, cache resident) pass every row of x before the next group.
     for (int64_t p = pb; p < pe; p += kGroupPanels) {
       const int64_t q_end = std::min(pe, p + kGroupPanels);

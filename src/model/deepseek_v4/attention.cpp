@@ -44,6 +44,7 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   Workspace& ws = *ctx.ws;
   const int64_t N = ctx.n_rows(), d = s.dim, H = s.heads, hd = s.head_dim, rd = s.rope_dim, W = s.window;
   const int64_t pairs = rd / 2;
+  ctx.clock.enter(Stage::kAttnProducts);
 
   // ---- every product of the attention input in one parallel region ----
   // FP8/FP4-weight products take the (reference numerics: FP8-quantised) input; the BF16 ones
@@ -119,6 +120,7 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   // ---- compressed entries (written before attention: visible to the token completing them) ----
   int32_t* sel = nullptr;
   int32_t* sel_count = nullptr;
+  ctx.clock.enter(Stage::kCompressor);
   if (ls.compressed()) {
     compressor_forward(*w.compressor, ls, false, ctx, u, sc);
     if (ls.csa()) {
@@ -129,6 +131,7 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   }
 
   // ---- decode the KV rows each sequence attends ----
+  ctx.clock.enter(Stage::kAttnCore);
   std::vector<SeqPlan> plans(ctx.seqs.size());
   std::vector<DecodeJob> jobs;
   size_t total = 0;
@@ -234,6 +237,7 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   });
 
   // ---- grouped low-rank output: r_g = wo_a[g] · o_g, out = wo_b · r ----
+  ctx.clock.enter(Stage::kAttnProducts);
   const int64_t G = s.groups, ig = H * hd / G, orank = s.o_lora;
   float* rr = ws.f(kWsR, N * G * orank);
   const int64_t row_tiles = std::max<int64_t>(1, std::min<int64_t>(orank / 16, (2 * threads + G - 1) / G));

@@ -21,6 +21,7 @@ void residual_site(const HcWeights& hc, const std::vector<float>& norm, StepCont
   float* pre = ws.f(kWsPre, N * H);
   float* post = ws.f(kWsPost, N * H);
   float* comb = ws.f(kWsComb, N * H * H);
+  ctx.clock.enter(Stage::kMhc);
   hc_mix(hc, ctx, X, N, pre, post, comb);
   float* in = ws.f(kWsSub, N * d);
   ctx.pool->parallel_for(N, 8, [&](int64_t b, int64_t e) {
@@ -33,6 +34,7 @@ void residual_site(const HcWeights& hc, const std::vector<float>& norm, StepCont
   });
   float* f = ws.f(kWsSubOut, N * d);
   sub(in, f);
+  ctx.clock.enter(Stage::kMhc);
   float* X2 = ws.f(kWsX2, N * hd);
   ctx.pool->parallel_for(N, 8, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -48,7 +50,10 @@ void residual_site(const HcWeights& hc, const std::vector<float>& norm, StepCont
 void block_forward(const BlockWeights& w, const LayerShape& ls, StepContext& ctx, float* X) {
   residual_site(w.hc_attn, w.attn_norm, ctx, X,
                 [&](const float* a, float* out) { attention_forward(w.attn, ls, ctx, a, out); });
-  residual_site(w.hc_ffn, w.ffn_norm, ctx, X, [&](const float* f, float* out) { moe_forward(w.ffn, ls, ctx, f, out); });
+  residual_site(w.hc_ffn, w.ffn_norm, ctx, X, [&](const float* f, float* out) {
+    ctx.clock.enter(Stage::kFfn);
+    moe_forward(w.ffn, ls, ctx, f, out);
+  });
 }
 
 }  // namespace dsinfer::model::deepseek_v4

@@ -80,6 +80,7 @@ void Model::write_outputs(StepContext& ctx, const float* X, const HcWeights& hea
   float* xs = ctx.ws->f(kWsX2, R * hd);
   for (int64_t k = 0; k < R; ++k) std::copy(X + logit_rows[k] * hd, X + (logit_rows[k] + 1) * hd, xs + k * hd);
   float* y = ctx.ws->f(kWsHead, R * d);
+  ctx.clock.enter(Stage::kHead);
   hc_head(head, ctx, xs, R, y);
   for (int64_t k = 0; k < R; ++k) {
     kernels::rmsnorm(y + k * d, norm.data(), d, s.eps, y + k * d);
@@ -164,6 +165,7 @@ void Model::forward(std::span<const SequenceInput> batch, std::span<SequenceOutp
   ctx.shape = &s;
   ctx.pool = pool_;
   ctx.ws = &ws_;
+  ctx.clock = StageClock(profile_, pool_);
   StepGuard guard;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceInput& in = batch[i];
@@ -203,11 +205,14 @@ void Model::forward(std::span<const SequenceInput> batch, std::span<SequenceOutp
   std::unique_ptr<bool[]> hidden(new bool[batch.size()]);
   for (size_t i = 0; i < batch.size(); ++i) hidden[i] = hidden_flags[i];
   write_outputs(ctx, X.data(), weights_.hc_head, weights_.norm, want, {hidden.get(), batch.size()}, outputs);
+  ctx.clock.enter(Stage::kOther);
   guard.done = true;
   for (size_t i = 0; i < ctx.seqs.size(); ++i) {
     ctx.seqs[i].state->end_step(ctx.seqs[i].n);
     if (!batch[i].rollback) ctx.seqs[i].state->release_rollback();
   }
+  ctx.clock.enter(Stage::kOther);
+  if (profile_ != nullptr) profile_->end_step();
 }
 
 void Model::mtp_forward(std::span<const MtpInput> batch, std::span<SequenceOutput> outputs) {

@@ -80,6 +80,10 @@ class Model {
   // The MTP block (model-v4.md §2.12) for a batch; logits predict the token after tokens[k].
   void mtp_forward(std::span<const MtpInput> batch, std::span<SequenceOutput> outputs);
 
+  // Time and parallel regions of every later forward() by stage are added to *profile (nullptr: off).
+  // A diagnostic (`dsinfer bench --breakdown`); the results do not change.
+  void set_stage_profile(StageProfile* profile) { profile_ = profile; }
+
   // Bytes of a fresh sequence's fixed state (windows and tails at steady-state capacity).
   size_t sequence_bytes() const;
 
@@ -96,6 +100,7 @@ class Model {
   std::unique_ptr<core::ThreadPool> own_pool_;
   core::ThreadPool* pool_ = nullptr;
   Workspace ws_;
+  StageProfile* profile_ = nullptr;
   std::mutex mutex_;
 };
 

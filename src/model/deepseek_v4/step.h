@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "model/deepseek_v4/sequence_state.h"
 #include "model/deepseek_v4/shape.h"
+#include "model/deepseek_v4/stage_profile.h"
 #include "model/layers/experts.h"
 
 namespace dsinfer::model::deepseek_v4 {
@@ -85,6 +86,7 @@ struct StepContext {
   std::vector<RowInfo> rows;
   std::vector<SeqSlice> seqs;
   std::vector<float> rope[2];  // [kind][row][2·pairs]: cos then sin
+  StageClock clock;            // `bench --breakdown`: a no-op unless the model has a profile attached
 
   int64_t n_rows() const { return static_cast<int64_t>(rows.size()); }
   LayerState& layer_state(int32_t seq, const LayerShape& ls) const {

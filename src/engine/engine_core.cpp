@@ -947,7 +947,13 @@ void EngineCore::execute(StepPlan& p) {
       }
     });
   }
-  std::vector<float> logits;
+  // Kept across steps: a fresh buffer of 16 x vocab floats sits above glibc's mmap threshold, so its
+  // pages would fault in again every decode step. Given back when one step needed far more.
+  std::vector<float>& logits = step_logits_;
+  if (logits.capacity() > kKeptLogitsFloats && logits.capacity() > 2 * static_cast<size_t>(rows * V)) {
+    std::vector<float>().swap(logits);
+  }
+  logits.clear();
   model_->forward(items, logits);
   DSINFER_CHECK(static_cast<int64_t>(logits.size()) == rows * info_.vocab_size, "model forward returned ",
                 logits.size(), " logits, expected ", rows, " rows of ", info_.vocab_size);

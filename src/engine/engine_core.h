@@ -179,6 +179,10 @@ class EngineCore {
 
   std::shared_ptr<ModelRunner> model_;
   std::unique_ptr<HelperThread> mask_thread_;  // made by the first step with a constraint (overlap_masks)
+  // execute()'s logits, reused by the next step (ModelRunner::forward appends to it); a capacity over
+  // kKeptLogitsFloats (64 MiB) is kept only while steps still need half of it.
+  static constexpr size_t kKeptLogitsFloats = size_t{16} << 20;
+  std::vector<float> step_logits_;
   ModelInfo info_;
   EngineOptions options_;
   std::unique_ptr<PrefixCache> cache_;

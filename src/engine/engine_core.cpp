@@ -947,7 +947,11 @@ void EngineCore::execute(StepPlan& p) {
       }
     });
   }
+  // Kept across steps (see step_logits_); given back when one step needed far more.
   std::vector<float>& logits = step_logits_;
+  if (logits.capacity() > kKeptLogitsFloats && logits.capacity() > 2 * static_cast<size_t>(rows * V)) {
+    std::vector<float>().swap(logits);
+  }
   logits.clear();
   logits.reserve(static_cast<size_t>(rows * V));
   model_->forward(items, logits);

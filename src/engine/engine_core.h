@@ -178,11 +178,13 @@ class EngineCore {
   bool push_token(Request& r, int32_t token, TokenLogprobs* logprobs);
 
   std::shared_ptr<ModelRunner> model_;
-  // execute()'s logits, kept across steps with room for all its rows: at 16 streams of a 129k
-  // vocabulary they are 8 MB, which a fresh vector per step mapped, faulted in and copied as the model
-  // appended row by row.
-  std::vector<float> step_logits_;
   std::unique_ptr<HelperThread> mask_thread_;  // made by the first step with a constraint (overlap_masks)
+  // execute()'s logits, kept across steps with room for all its rows (ModelRunner::forward appends to
+  // it): at 16 streams of a 129k vocabulary they are 8 MB, which a fresh vector per step mapped, faulted
+  // in and copied as the model appended row by row. A capacity over kKeptLogitsFloats (64 MiB) is kept
+  // only while steps still need half of it.
+  static constexpr size_t kKeptLogitsFloats = size_t{16} << 20;
+  std::vector<float> step_logits_;
   ModelInfo info_;
   EngineOptions options_;
   std::unique_ptr<PrefixCache> cache_;

@@ -1,7 +1,7 @@
 // EngineCore driven step by step on one thread, in the sequential order (plan, launch, execute, apply)
 // and in the overlapped order (plan n+1 before step n is applied): every request completes with its
 // reference output, and after every phase the synthetic model holds no more memory than the engine
-// accounted for, and the engine no more than its budget.
+// accounted for, and the engine no more than its budget. Decode steps reuse one logits buffer.
 #include "engine/engine_core.h"
 
 #include <gtest/gtest.h>
@@ -155,6 +155,81 @@ TEST(EngineCore, StepLogitsReuseOneBufferWithRoomForTheRows) {
   }
   // No step needs more rows than the first (4 prompts, then 4 decoding streams): one buffer throughout.
   for (size_t i = 1; i < seen.size(); ++i) EXPECT_EQ(seen[i].data, seen[0].data) << "forward " << i;
+// The toy model, noting the logits buffer each forward gets from the engine and leaves filled.
+class BufferWatch final : public ModelRunner {
+ public:
+  explicit BufferWatch(const ToyConfig& config) : inner_(config) {}
+  const ModelInfo& info() const override { return inner_.info(); }
+  std::unique_ptr<SequenceState> new_sequence() override { return inner_.new_sequence(); }
+  void forward(std::span<const ForwardItem> items, std::vector<float>& logits) override {
+    given.push_back({logits.data(), logits.capacity(), logits.size()});
+    inner_.forward(items, logits);
+    filled.push_back(logits.data());
+  }
+  void truncate(SequenceState& seq, int64_t length) override { inner_.truncate(seq, length); }
+  std::shared_ptr<const KvBlock> block(const SequenceState& seq, int64_t index) override {
+    return inner_.block(seq, index);
+  }
+  std::shared_ptr<const WindowSnapshot> snapshot(const SequenceState& seq) override { return inner_.snapshot(seq); }
+  void attach(SequenceState& seq, std::span<const std::shared_ptr<const KvBlock>> blocks,
+              const WindowSnapshot* snapshot) override {
+    inner_.attach(seq, blocks, snapshot);
+  }
+
+  struct Given {
+    const float* data;
+    size_t capacity, size;
+  };
+  std::vector<Given> given;
+  std::vector<const float*> filled;
+
+ private:
+  ToyModel inner_;
+};
+
+// Steady decode steps reuse one logits buffer: each forward gets the previous step's (emptied, its
+// capacity kept), so no step maps a fresh one whose pages fault in again (16 x vocab floats on a real
+// model, above glibc's mmap threshold). The outputs stay the reference's.
+TEST(EngineCore, DecodeStepsReuseTheLogitsBuffer) {
+  ToyConfig cfg;
+  ToyModel reference(cfg);
+  auto model = std::make_shared<BufferWatch>(cfg);
+  EngineOptions o;
+  o.swa_replay = false;
+  o.prefix_cache = false;
+  EngineCore core(model, o);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 4; ++i) {
+    RequestSpec s;
+    for (int j = 0; j < 5 + i; ++j) s.prompt_ids.push_back(2 + (7 * i + 3 * j) % 50);
+    s.max_tokens = 12;
+    s.sampling.temperature = 0;
+    s.ignore_eos = true;
+    specs.push_back(s);
+    ASSERT_EQ(core.check(s).status, SubmitStatus::kAccepted);
+    core.add(std::make_unique<Request>(i + 1, s, nullptr, TokenStream(0, 0)));
+  }
+  std::vector<std::vector<int32_t>> got(specs.size());
+  for (int step = 0; core.has_work() && step < 200; ++step) {
+    StepPlan p = core.plan();
+    core.launch(p);
+    core.execute(p);
+    core.apply(p);
+    for (PendingEvent& e : core.take_events()) {
+      got[e.event.id - 1].insert(got[e.event.id - 1].end(), e.event.tokens.begin(), e.event.tokens.end());
+    }
+  }
+  ASSERT_FALSE(core.has_work());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(got[i], expected_outcome(reference, specs[i], cfg.eos).tokens) << "request " << i;
+  }
+  ASSERT_GE(model->given.size(), 10u);
+  const size_t V = static_cast<size_t>(model->info().vocab_size);
+  for (size_t k = 1; k < model->given.size(); ++k) {
+    EXPECT_EQ(model->given[k].size, 0u) << "forward " << k;
+    EXPECT_EQ(model->given[k].data, model->filled[k - 1]) << "forward " << k << " got a new buffer";
+    EXPECT_GE(model->given[k].capacity, V) << "forward " << k;
+  }
 }
 
 }  // namespace

@@ -116,6 +116,19 @@ class V41Runner final : public ModelRunner {
       rows.push_back(it.logit_rows);
     }
     if (seqs.empty()) return;
+    const size_t from = logits.size();
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    // The usual step (no item replays): the head writes every item's rows straight into the engine's
+    // buffer, in item order. No per-step logits of the model's, no per-item copies: each such buffer
+    // (16 x vocab floats at 16 streams) sits above glibc's mmap threshold and faulted in afresh every step.
+    if (replayed.empty()) {
+      v41::Sequence::forward_batch_into(seqs, ids, rows, logits);
+      DSINFER_CHECK(static_cast<int64_t>(logits.size() - from) == total * info_.vocab_size,
+                    "forward: the model returned ", logits.size() - from, " logits, ", total, " rows wanted");
+      return;
+    }
+    logits.reserve(from + static_cast<size_t>(total * info_.vocab_size));  // one allocation, not one per item
     std::vector<std::vector<float>> out(seqs.size());
     auto run = [&](const std::vector<size_t>& which) {
       if (which.empty()) return;

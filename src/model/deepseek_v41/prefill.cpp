@@ -628,8 +628,11 @@ class Prefill {
   // invariant), so each sequence gets bitwise its own forward's logits. Alone, this is seqs[0];
   // several: a batch context (the constructor from a Prefill). A decoder replay that skips rows runs
   // alone.
+  // dest: the logits of all sequences appended to *dest instead (in seqs order, the head's product
+  // written straight there), the result empty: no per-step logits buffer of its own, whose fresh pages
+  // (16 x vocab floats at 16 streams, above glibc's mmap threshold) would fault in again every step.
   std::vector<Vec> forward_rows(const std::vector<Prefill*>& seqs, const std::vector<const std::vector<int32_t>*>& ids,
-                                const std::vector<int64_t>& logit_rows) {
+                                const std::vector<int64_t>& logit_rows, Vec* dest = nullptr) {
     const bool alone = seqs.size() == 1 && seqs[0] == this;
     int64_t skip = 0;
     std::vector<int64_t> want(seqs.size());
@@ -693,7 +696,7 @@ class Prefill {
     // The logits of each sequence's last rows, in one product.
     int64_t rows = 0;
     for (size_t i = 0; i < seqs.size(); ++i) rows += want[i];
-    std::vector<Vec> out(seqs.size());
+    std::vector<Vec> out(dest ? 0 : seqs.size());
     if (rows == 0) return out;
     Vec last(static_cast<size_t>(rows * d_));
     int64_t at = 0;
@@ -702,8 +705,15 @@ class Prefill {
       std::copy_n(y.data() + (g.row0 + g.n - want[i]) * d_, want[i] * d_, last.data() + at * d_);
       at += want[i];
     }
-    const Vec logits = matmul(pool_, last, rows, w_.linear("head"));
+    const Lin& head = w_.linear("head");
     const int64_t V = c_.vocab_size;
+    if (dest) {  // matmul's own product, only into the caller's rows
+      const size_t from = dest->size();
+      dest->resize(from + static_cast<size_t>(rows * head.rows));
+      matmul_into(pool_, last.data(), rows, d_, head, dest->data() + from, head.rows);
+      return out;
+    }
+    const Vec logits = matmul(pool_, last, rows, head);
     at = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       out[i].assign(logits.begin() + at * V, logits.begin() + (at + want[i]) * V);
@@ -1425,9 +1435,10 @@ void Sequence::set_decoder_replay_tokens(int64_t k) { state_->p.set_replay_token
 std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count, std::vector<float>* confidence) {
   return state_->p.dspark_round(anchor, count, confidence);
 }
-std::vector<std::vector<float>> Sequence::forward_batch(const std::vector<Sequence*>& seqs,
+std::vector<std::vector<float>> Sequence::batch_forward(const std::vector<Sequence*>& seqs,
                                                        const std::vector<std::vector<int32_t>>& ids,
-                                                       const std::vector<int64_t>& logit_rows) {
+                                                       const std::vector<int64_t>& logit_rows,
+                                                       std::vector<float>* dest) {
   DSINFER_CHECK(!seqs.empty() && ids.size() == seqs.size() && logit_rows.size() == seqs.size(),
                 "V4.1 forward_batch: ", seqs.size(), " sequences, ", ids.size(), " chunks, ", logit_rows.size(),
                 " logit row counts");
@@ -1444,9 +1455,18 @@ std::vector<std::vector<float>> Sequence::forward_batch(const std::vector<Sequen
     ps.push_back(p);
     chunks.push_back(&ids[i]);
   }
-  if (ps.size() == 1) return ps[0]->forward_rows(ps, chunks, logit_rows);
+  if (ps.size() == 1) return ps[0]->forward_rows(ps, chunks, logit_rows, dest);
   Prefill batch(Prefill::BatchOf{*ps[0]});
-  return batch.forward_rows(ps, chunks, logit_rows);
+  return batch.forward_rows(ps, chunks, logit_rows, dest);
+}
+std::vector<std::vector<float>> Sequence::forward_batch(const std::vector<Sequence*>& seqs,
+                                                       const std::vector<std::vector<int32_t>>& ids,
+                                                       const std::vector<int64_t>& logit_rows) {
+  return batch_forward(seqs, ids, logit_rows, nullptr);
+}
+void Sequence::forward_batch_into(const std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& ids,
+                                  const std::vector<int64_t>& logit_rows, std::vector<float>& logits) {
+  batch_forward(seqs, ids, logit_rows, &logits);
 }
 StateRange Sequence::export_range(int64_t begin, int64_t end) const { return state_->p.export_range(begin, end); }
 void Sequence::append_range(const StateRange& range) { state_->p.append_range(range); }

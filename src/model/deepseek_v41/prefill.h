@@ -105,6 +105,11 @@ class Sequence {
   static std::vector<std::vector<float>> forward_batch(const std::vector<Sequence*>& seqs,
                                                        const std::vector<std::vector<int32_t>>& ids,
                                                        const std::vector<int64_t>& logit_rows);
+  // forward_batch with the logits of all of them appended to `logits` (item after item, each its
+  // logit_rows[i] rows): the head's product is written there and nowhere else, so a caller that keeps
+  // that buffer across steps (the engine adapter) allocates no per-step logits. Same bits.
+  static void forward_batch_into(const std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& ids,
+                                 const std::vector<int64_t>& logit_rows, std::vector<float>& logits);
   int64_t length() const;
   // Rollback: the state as if only the first len positions had been fed.
   void truncate(int64_t len);
@@ -138,6 +143,11 @@ class Sequence {
   void append_range(const StateRange& range);
 
  private:
+  // forward_batch (dest null: per-sequence results) and forward_batch_into (dest: appended there).
+  static std::vector<std::vector<float>> batch_forward(const std::vector<Sequence*>& seqs,
+                                                       const std::vector<std::vector<int32_t>>& ids,
+                                                       const std::vector<int64_t>& logit_rows,
+                                                       std::vector<float>* dest);
   std::unique_ptr<SequenceState> state_;
 };
 

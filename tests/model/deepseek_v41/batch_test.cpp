@@ -2,7 +2,8 @@
 // of all of them) give each sequence bitwise its own forward's logits, in every mix of fresh
 // prefills, continued chunks, decode tokens, rolled-back sequences and logit-row counts, and leave
 // each sequence's state so that it continues bitwise as when fed alone. Both numerics: exact and
-// --numerics fast (int8 expert products, bf16 head), which are row-local too.
+// --numerics fast (int8 expert products, bf16 head), which are row-local too. forward_batch_into: the
+// same bits written into the caller's buffer.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -103,6 +104,46 @@ TEST_P(BatchV41, MixedBatchIsBitwiseEachSequenceAlone) {
   const std::vector<float> a = chunk.batched->dspark_draft0(), b = chunk.alone->dspark_draft0();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "draft 0 element " << i;
+}
+
+// forward_batch_into: the same bits appended to the caller's buffer, item after item, after what it
+// held; a buffer kept across steady decode steps (cleared, capacity kept) is written in place, never
+// reallocated (the engine adapter's per-step logits, which glibc would otherwise map afresh each step).
+TEST_P(BatchV41, IntoTheCallersBufferIsBitwiseAndInPlace) {
+  Pair a = make(1, 9), b = make(2, 14), c = make(3, 3);
+  const int64_t V = ck_->config().vocab_size;
+  std::vector<float> logits = {-1.0f, -2.0f};  // kept: the result is appended
+  logits.reserve(2 + static_cast<size_t>(4 * V));
+  const float* buffer = logits.data();
+  auto step = [&](const std::vector<size_t>& counts, const std::vector<int64_t>& rows, const char* what) {
+    std::vector<Pair*> pairs = {&a, &b, &c};
+    std::vector<Sequence*> seqs;
+    std::vector<std::vector<int32_t>> ids;
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      seqs.push_back(pairs[k]->batched.get());
+      ids.push_back(slice(pairs[k]->ids, pairs[k]->fed, counts[k]));
+    }
+    const size_t from = logits.size();
+    Sequence::forward_batch_into(seqs, ids, rows, logits);
+    EXPECT_EQ(logits.data(), buffer) << what << ": the buffer was reallocated";
+    size_t at = from;
+    for (size_t k = 0; k < pairs.size(); ++k) {
+      const std::vector<float> want = pairs[k]->alone->forward(ids[k], rows[k]);
+      ASSERT_EQ(want.size(), static_cast<size_t>(rows[k] * V));
+      ASSERT_GE(logits.size(), at + want.size()) << what << " item " << k;
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(logits[at + i], want[i]) << what << " item " << k << " element " << i;
+      at += want.size();
+      pairs[k]->fed += counts[k];
+    }
+    ASSERT_EQ(logits.size(), at) << what;
+  };
+  step({3, 1, 2}, {2, 1, 0}, "mixed");  // a chunk, a decode token, a silent chunk
+  EXPECT_EQ(logits[0], -1.0f);
+  EXPECT_EQ(logits[1], -2.0f);
+  for (int s = 0; s < 3; ++s) {  // steady decode: the buffer cleared and refilled in place
+    logits.clear();
+    step({1, 1, 1}, {1, 1, 1}, "decode");
+  }
 }
 
 TEST_P(BatchV41, RefusesWhatItCannotBatch) {

@@ -52,6 +52,21 @@ const Shape kShapes[] = {
     {"hc_attn_fn", WeightFormat::kF32, 24, 4096, false},
 };
 
+// The timed loop: one forward per iteration, cycling through `lins` (copies of one weight, so decode-sized
+// products stream from memory instead of the cache).
+template <typename L>
+void time_round_robin(benchmark::State& state, std::vector<L>& lins, const Shape& s, int64_t M,
+                      core::ThreadPool* pool) {
+  std::vector<float> x(M * s.cols, 0.01f), y(M * s.rows);
+  size_t i = 0;
+  for (auto _ : state) {
+    lins[i].forward(x.data(), M, s.cols, y.data(), s.rows, pool);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+    if (++i == lins.size()) i = 0;
+  }
+}
+
 // Cheap deterministic codes (xorshift): the values do not matter for speed, NaN codes are avoided.
 struct Source {
   std::vector<uint8_t> data, scales;
@@ -119,15 +134,8 @@ void run_linear(benchmark::State& state, const Shape& s, int64_t M, Fp8Products 
   std::vector<Linear> lins;
   lins.reserve(copies);
   for (int64_t c = 0; c < copies; ++c) lins.emplace_back(src->view, fp8);
-  std::vector<float> x(M * s.cols, 0.01f), y(M * s.rows);
   core::ThreadPool* pool = &core::ThreadPool::global();
-  int64_t i = 0;
-  for (auto _ : state) {
-    lins[i].forward(x.data(), M, s.cols, y.data(), s.rows, pool);
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-    if (++i == copies) i = 0;
-  }
+  time_round_robin(state, lins, s, M, pool);
   const double iters = static_cast<double>(state.iterations());
   const double bytes = static_cast<double>(lins[0].bytes());
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(s.rows) * static_cast<double>(s.cols);
@@ -151,15 +159,8 @@ void run_bf16dot(benchmark::State& state, const Shape& s, int64_t M) {
   std::vector<Bf16DotLinear> lins;
   lins.reserve(copies);
   for (int64_t c = 0; c < copies; ++c) lins.emplace_back(src->view);
-  std::vector<float> x(M * s.cols, 0.01f), y(M * s.rows);
   core::ThreadPool* pool = &core::ThreadPool::global();
-  int64_t i = 0;
-  for (auto _ : state) {
-    lins[i].forward(x.data(), M, s.cols, y.data(), s.rows, pool);
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-    if (++i == copies) i = 0;
-  }
+  time_round_robin(state, lins, s, M, pool);
   const double iters = static_cast<double>(state.iterations());
   const double bytes = static_cast<double>(one);
   state.counters["GB/s"] = benchmark::Counter(bytes * iters / 1e9, benchmark::Counter::kIsRate);

@@ -1,8 +1,10 @@
+#include "model/deepseek_v41/prefill_impl.h"
+
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/qdq.h"
 #include "kernels/cpu/sink_attention.h"
-#include "model/deepseek_v41/prefill_impl.h"
 
 namespace dsinfer::model::deepseek_v41::detail {
 
@@ -116,7 +118,7 @@ Vec Prefill::attend_rows(int64_t L, Rows in) {
   for (int64_t t = 0; t < T_; ++t) {
     for (int64_t h = 0; h < nh; ++h) rope(q.data() + (t * nh + h) * hd, hd, rd, f, pos0_ + t);
     rope(kv.data() + t * hd, hd, rd, f, pos0_ + t);
-    if (opt_.qdq) qdq_pow2(kv.data() + t * hd, hd, 32, true);
+    if (opt_.qdq) kernels::fp8_block_qdq(kv.data() + t * hd, hd, kKvQdqBlock);
   }
   Vec& window = windows_[L];                       // every position's window KV (keys of the positions after it)
   window.resize(static_cast<size_t>(pos0_ * hd));  // zeros where a decoder replay skipped positions
@@ -182,7 +184,7 @@ Vec Prefill::stage_attention(int64_t L, const Vec& a) {
     const int64_t pos = round0_ + n / B + 1 + n % B;
     for (int64_t h = 0; h < nh; ++h) rope(q.data() + (n * nh + h) * hd, hd, rd, f, pos);
     rope(kv.data() + n * hd, hd, rd, f, pos);
-    if (opt_.qdq) qdq_pow2(kv.data() + n * hd, hd, 32, true);
+    if (opt_.qdq) kernels::fp8_block_qdq(kv.data() + n * hd, hd, kKvQdqBlock);
   }
   if (drafted_) {  // the teacher-forced draft head keeps every round's block KV (dspark_stored_kv)
     block_kv_.resize(static_cast<size_t>(c_.n_mtp_layers));

@@ -1,5 +1,6 @@
 #include "model/deepseek_v41/prefill_impl.h"
 
+#include "kernels/cpu/qdq.h"
 #include "model/layers/pool.h"
 
 namespace dsinfer::model::deepseek_v41::detail {
@@ -40,7 +41,7 @@ void Prefill::compress(KvSource& s, const std::string& p, const Vec& u, const Ve
     rope(ik.data() + i * ixd, ixd, rd, f, (G0 + i) * ratio);
     rope(ckv.data() + i * hd, hd, rd, f, (G0 + i) * ratio);
     if (opt_.qdq) {
-      qdq_pow2(ik.data() + i * ixd, ixd, 32, false);
+      kernels::fp4_block_qdq(ik.data() + i * ixd, ixd, kKvQdqBlock);
       qdq_fp4_e4m3_scale(ckv.data() + i * hd, hd);
     }
   }

@@ -1,6 +1,8 @@
+#include "model/deepseek_v41/prefill_impl.h"
+
 #include <algorithm>
 
-#include "model/deepseek_v41/prefill_impl.h"
+#include "kernels/cpu/qdq.h"
 
 namespace dsinfer::model::deepseek_v41::detail {
 
@@ -26,7 +28,7 @@ void Prefill::build_rings(int64_t q0, int64_t nq) {
                         c_.rms_norm_eps);
     for (int64_t t = 0; t < nq; ++t) {
       rope(ring.data() + t * hd, hd, rd, f, q0 + t);
-      if (opt_.qdq) qdq_pow2(ring.data() + t * hd, hd, 32, true);
+      if (opt_.qdq) kernels::fp8_block_qdq(ring.data() + t * hd, hd, kKvQdqBlock);
     }
     rings_.push_back(std::move(ring));
   }

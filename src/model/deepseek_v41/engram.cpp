@@ -1,7 +1,7 @@
+#include "model/deepseek_v41/prefill_impl.h"
+
 #include <algorithm>
 #include <cmath>
-
-#include "model/deepseek_v41/prefill_impl.h"
 
 namespace dsinfer::model::deepseek_v41::detail {
 

@@ -1,8 +1,10 @@
+#include "model/deepseek_v41/prefill_impl.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/index_score.h"
-#include "model/deepseek_v41/prefill_impl.h"
+#include "kernels/cpu/qdq.h"
 
 namespace dsinfer::model::deepseek_v41::detail {
 
@@ -16,7 +18,7 @@ std::vector<std::vector<double>> Prefill::index_scores(Vec& qi, const Vec& wts, 
     for (int64_t h = 0; h < ixh; ++h) {
       float* q = qi.data() + (t * ixh + h) * ixd;
       rope(q, ixd, rd, f, pos0_ + t);
-      if (opt_.qdq) qdq_pow2(q, ixd, 32, false);
+      if (opt_.qdq) kernels::fp4_block_qdq(q, ixd, kKvQdqBlock);
     }
   }
   std::vector<std::vector<double>> score(static_cast<size_t>(T_), std::vector<double>(src.G, -INFINITY));

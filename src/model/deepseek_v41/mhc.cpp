@@ -1,8 +1,8 @@
-#include "model/layers/mhc.h"
+#include "model/deepseek_v41/prefill_impl.h"
 
 #include <cmath>
 
-#include "model/deepseek_v41/prefill_impl.h"
+#include "model/layers/mhc.h"
 
 namespace dsinfer::model::deepseek_v41::detail {
 

@@ -1,8 +1,9 @@
+#include "model/deepseek_v41/prefill_impl.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/qdq.h"
-#include "model/deepseek_v41/prefill_impl.h"
 #include "model/layers/router.h"
 #include "model/layers/select.h"
 

@@ -53,21 +53,6 @@ void rope(float* v, int64_t n, int64_t rd, const std::vector<float>& f, int64_t 
   }
 }
 
-void qdq_pow2(float* v, int64_t n, int64_t block, bool fp8) {
-  for (int64_t b = 0; b < n; b += block) {
-    float amax = 0;
-    for (int64_t i = b; i < b + block; ++i) amax = std::max(amax, std::fabs(v[i]));
-    const float s = core::e8m0_to_float(fp8 ? core::e8m0_scale_code(amax, core::kFp8Max, core::kFp8AmaxFloor)
-                                            : core::e8m0_scale_code(amax, core::kFp4Max, core::kFp4AmaxFloor));
-    for (int64_t i = b; i < b + block; ++i) {
-      const float q = v[i] / s;  // a power of two: exact
-      v[i] = (fp8 ? core::fp8_e4m3_to_float(core::float_to_fp8_e4m3(q))
-                  : core::fp4_e2m1_to_float(core::float_to_fp4_e2m1(std::clamp(q, -6.0f, 6.0f)))) *
-             s;
-    }
-  }
-}
-
 void qdq_fp4_e4m3_scale(float* v, int64_t n) {
   for (int64_t b = 0; b < n; b += 16) {
     float amax = 0;

@@ -30,9 +30,11 @@ std::vector<float> inv_freqs(const ModelConfig& c, int64_t ratio);
 // Interleaved RoPE on the last rd dims of a vector of n dims at position pos (sign -1: inverse).
 void rope(float* v, int64_t n, int64_t rd, const std::vector<float>& f, int64_t pos, double sign = 1.0);
 
-// §2.10 QDQs on a vector of n dims: power-of-two scales per block (FP8 E4M3 or FP4 E2M1 codes), and
-// the compressed KV's FP4 with an E4M3 scale per 16.
-void qdq_pow2(float* v, int64_t n, int64_t block, bool fp8);
+// §2.10: the cached vectors' QDQ blocks (window KV and DSpark rings FP8, index queries and keys FP4,
+// power-of-two scales: V4's kernels::fp8_block_qdq / fp4_block_qdq, with V4.1's block of 32).
+inline constexpr int64_t kKvQdqBlock = 32;
+
+// §2.10: the compressed KV's FP4 QDQ with an E4M3 scale per 16 values (V4.1's own codec).
 void qdq_fp4_e4m3_scale(float* v, int64_t n);
 
 // Indices of the k largest finite values; exact ties go to the lower index.

@@ -1,6 +1,6 @@
-#include <algorithm>
-
 #include "model/deepseek_v41/prefill_impl.h"
+
+#include <algorithm>
 
 namespace dsinfer::model::deepseek_v41::detail {
 

@@ -1,7 +1,7 @@
 // The small numerics of the V4.1 forward's glue (private to model/deepseek_v41): double accumulation,
-// RMSNorm, the fp32 RoPE frequencies and the rotation in double, the §2.10 QDQ of cached vectors, top-k.
-// They follow the float64 reference's order of operations, which is why they are not V4's (float) ones:
-// see src/model/layers/README.md.
+// RMSNorm, the fp32 RoPE frequencies and the rotation in double, the compressed KV's QDQ, top-k. They
+// follow the float64 reference's order of operations, which is why they are not V4's (fp32) ones: see
+// src/model/layers/README.md.
 #pragma once
 
 #include <cmath>

@@ -1,0 +1,138 @@
+#include "model/deepseek_v41/prefill_impl.h"
+
+#include <algorithm>
+
+namespace dsinfer::model::deepseek_v41::detail {
+
+Prefill::Prefill(const Checkpoint& ck, const EngramTokenMap* map, const PrefillOptions& o,
+                 std::shared_ptr<Weights> weights)
+    : c_(ck.config()),
+      weights_(weights ? std::move(weights)
+                       : std::make_shared<Weights>(ck, o.double_accumulation, o.fast, o.official_at_fast_sites)),
+      w_(*weights_),
+      map_(map),
+      opt_(o),
+      pool_(o.pool ? *o.pool : core::ThreadPool::global()),
+      hc_(c_.hc_mult),
+      d_(c_.hidden_size) {
+  DSINFER_CHECK(c_.arch == Architecture::kDeepseekV41, "V4.1 prefill: the checkpoint is ", c_.architecture);
+  if (c_.engram) {
+    DSINFER_CHECK(map != nullptr, "V4.1 prefill: the model has Engram layers but no token map was given");
+    hash_ = std::make_unique<EngramHash>(*c_.engram, map->compressed(c_.engram->pad_token_id));
+  }
+  DSINFER_CHECK(o.decoder_replay_tokens >= 0, "V4.1 prefill: decoder replay of ", o.decoder_replay_tokens, " tokens");
+  if (o.decoder_replay_tokens > 0) decoder_ = decoder_first_layer(c_);
+}
+
+// Sequence::set_decoder_replay_tokens: the engine decides per chunk.
+void Prefill::set_replay_tokens(int64_t k) {
+  DSINFER_CHECK(k >= 0, "V4.1 prefill: decoder replay of ", k, " tokens");
+  if (k > 0 && decoder_ < 0) decoder_ = decoder_first_layer(c_);
+  opt_.decoder_replay_tokens = k;
+}
+
+StoredKv Prefill::stored() const {
+  StoredKv out;
+  out.window = windows_;
+  for (const auto& [L, src] : sources_) {
+    out.compressed[L] = src.ckv;
+    out.index_keys[L] = src.ik;
+  }
+  return out;
+}
+
+// §3.4 rollback: the state of the first len positions (every cache here keeps its whole history).
+void Prefill::truncate(int64_t len) {
+  DSINFER_CHECK(len >= 0 && len <= length(), "V4.1 sequence: truncate to ", len, " of ", length(), " positions");
+  // At or below the replay start the last position has no decoder state: nothing to roll back to.
+  DSINFER_CHECK(!replayed_ || len == 0 || len > decoder_from_, "V4.1 sequence: rollback to ", len,
+                " does not pass the decoder replay start ", decoder_from_);
+  if (len == 0) {
+    replayed_ = false;
+    decoder_from_ = 0;
+  }
+  const int64_t hd = c_.head_dim, ixd = c_.index_head_dim;
+  ids_.resize(static_cast<size_t>(len));
+  cid_.resize(std::min(cid_.size(), static_cast<size_t>(len)));
+  for (auto& [L, w] : windows_) w.resize(static_cast<size_t>(len * hd));
+  for (auto& [L, src] : sources_) {
+    src.u.resize(static_cast<size_t>(len * hd));
+    if (!src.g.empty()) src.g.resize(static_cast<size_t>(len * hd));
+    src.G = len / src.ratio;
+    src.ckv.resize(static_cast<size_t>(src.G * hd));
+    src.ik.resize(static_cast<size_t>(src.G * ixd));
+  }
+  for (Vec& tap : taps_) tap.resize(static_cast<size_t>(len * d_));
+}
+
+// State ranges (state_range.h): the engine adapter's blocks. Only copies of the arrays the
+// forward appends to, so exporting and re-appending them changes no bit of what follows.
+
+StateRange Prefill::export_range(int64_t begin, int64_t end) const {
+  DSINFER_CHECK(begin >= 0 && begin <= end && end <= length(), "V4.1 sequence: range [", begin, ", ", end, ") of ",
+                length(), " positions");
+  DSINFER_CHECK(!drafted_, "V4.1 sequence: no state export after the DSpark draft head");
+  DSINFER_CHECK(!replayed_, "V4.1 sequence: no state export after a decoder-side bounded replay (from position ",
+                decoder_from_, "): the decoder windows are approximate or missing");
+  const int64_t hd = c_.head_dim, ixd = c_.index_head_dim;
+  StateRange r;
+  r.begin = begin;
+  r.end = end;
+  r.ids.assign(ids_.begin() + begin, ids_.begin() + end);
+  if (c_.engram) r.cid.assign(cid_.begin() + begin, cid_.begin() + end);
+  auto slice = [](const Vec& v, int64_t from, int64_t to, int64_t width) {
+    return Vec(v.begin() + from * width, v.begin() + to * width);
+  };
+  if (length() == 0) {  // nothing fed yet: the arrays exist once the first forward made them
+    r.windows.assign(static_cast<size_t>(c_.num_hidden_layers), Vec());
+    for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
+      const LayerRoles& roles = c_.layer_roles(L);
+      if (roles.dspark_target) r.taps.emplace_back();
+      if (roles.owns_compressor) r.sources.push_back({L, roles.ratio, {}, {}, {}, {}});
+    }
+    return r;
+  }
+  for (const auto& [L, w] : windows_) r.windows.push_back(slice(w, begin, end, hd));
+  for (const auto& [L, src] : sources_) {
+    // An open group (inputs only) may end the range only where the sequence ends.
+    DSINFER_CHECK(begin % src.ratio == 0 && (end % src.ratio == 0 || end == length()), "V4.1 sequence: range [", begin,
+                  ", ", end, ") splits a ratio-", src.ratio, " group of layer ", L);
+    StateRange::Source s;
+    s.layer = L;
+    s.ratio = src.ratio;
+    s.u = slice(src.u, begin, end, hd);
+    if (!src.g.empty()) s.g = slice(src.g, begin, end, hd);
+    s.ckv = slice(src.ckv, begin / src.ratio, end / src.ratio, hd);
+    s.ik = slice(src.ik, begin / src.ratio, end / src.ratio, ixd);
+    r.sources.push_back(std::move(s));
+  }
+  for (const Vec& tap : taps_) r.taps.push_back(slice(tap, begin, end, d_));
+  return r;
+}
+
+// Appends the state of positions length() .. r.end, as if they had been fed.
+void Prefill::append_range(const StateRange& r) {
+  check_state_range(c_, r);
+  DSINFER_CHECK(r.begin == length(), "V4.1 sequence: a range from ", r.begin, " appended at ", length());
+  DSINFER_CHECK(!drafted_, "V4.1 sequence: no state import after the DSpark draft head");
+  DSINFER_CHECK(!replayed_, "V4.1 sequence: no state import after a decoder-side bounded replay");
+  ids_.insert(ids_.end(), r.ids.begin(), r.ids.end());
+  if (c_.engram) cid_.insert(cid_.end(), r.cid.begin(), r.cid.end());
+  for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
+    Vec& w = windows_[L];
+    w.insert(w.end(), r.windows[L].begin(), r.windows[L].end());
+  }
+  for (const StateRange::Source& s : r.sources) {
+    KvSource& src = sources_[s.layer];
+    src.ratio = s.ratio;
+    src.u.insert(src.u.end(), s.u.begin(), s.u.end());
+    src.g.insert(src.g.end(), s.g.begin(), s.g.end());
+    src.ckv.insert(src.ckv.end(), s.ckv.begin(), s.ckv.end());
+    src.ik.insert(src.ik.end(), s.ik.begin(), s.ik.end());
+    src.G = r.end / s.ratio;
+  }
+  if (taps_.size() < r.taps.size()) taps_.resize(r.taps.size());
+  for (size_t i = 0; i < r.taps.size(); ++i) taps_[i].insert(taps_[i].end(), r.taps[i].begin(), r.taps[i].end());
+}
+
+}  // namespace dsinfer::model::deepseek_v41::detail

@@ -74,7 +74,14 @@ Vec Prefill::attention(int64_t L, const Vec& a) {
   Rows in;
   in.qr = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wq_a")), c_.q_lora_rank, w_.vec(p + "q_norm.weight"),
                    c_.rms_norm_eps);
-  in.q = matmul(pool_, in.qr, T_, w_.linear(p + "wq_b"));  // [T, nh * hd], no per-head norm
+  const Lin& wq_b = w_.linear(p + "wq_b");
+  if (segs_.size() > 1) {  // [T, nh * hd], no per-head norm; a batch's into its kept buffer (given back below)
+    attn_q_.resize(static_cast<size_t>(T_ * wq_b.rows));
+    matmul_into(pool_, in.qr.data(), T_, wq_b.cols, wq_b, attn_q_.data(), wq_b.rows);
+    in.q.swap(attn_q_);
+  } else {
+    in.q = matmul(pool_, in.qr, T_, wq_b);
+  }
   in.kv = rms_norm(matmul(pool_, a, T_, w_.linear(p + "wkv")), hd, w_.vec(p + "kv_norm.weight"), c_.rms_norm_eps);
   if (r.ratio > 0 && r.owns_compressor && !(precompressed_ && L == decoder_)) {
     compressor_inputs(p, a, r.ratio, in.u, in.g);
@@ -83,27 +90,25 @@ Vec Prefill::attention(int64_t L, const Vec& a) {
     in.qi = matmul(pool_, in.qr, T_, w_.linear(p + "indexer.wq_b"));
     in.wts = matmul(pool_, a, T_, w_.linear(p + "indexer.weights_proj"));
   }
-  Vec o;
-  if (segs_.size() == 1) {
-    o = segs_[0].seq->attend_rows(L, std::move(in));
+  if (segs_.size() == 1) return output_projection(p, segs_[0].seq->attend_rows(L, std::move(in)));
+  Vec& o = attn_o_;  // every segment's rows written below
+  o.resize(static_cast<size_t>(T_ * c_.num_attention_heads * hd));
+  auto one = [&](const Segment& g) {
+    const Vec og = g.seq->attend_rows(L, in.part(g.row0, g.n, T_));
+    std::copy(og.begin(), og.end(), o.begin() + static_cast<int64_t>(og.size() / g.n) * g.row0);
+  };
+  // Decode-sized segments run side by side, one task each (their own parallel loops then run
+  // inline, which changes no bit); a longer chunk has the rows to use the threads itself.
+  const bool side_by_side = std::all_of(segs_.begin(), segs_.end(), [](const Segment& g) { return g.n <= 4; });
+  if (side_by_side) {
+    if (r.ratio > 0 && r.owns_compressor) w_.linear(p + "indexer.wk");  // prepared here: not thread-safe
+    pool_.parallel_for(static_cast<int64_t>(segs_.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) one(segs_[i]);
+    });
   } else {
-    o.resize(static_cast<size_t>(T_ * c_.num_attention_heads * hd));
-    auto one = [&](const Segment& g) {
-      const Vec og = g.seq->attend_rows(L, in.part(g.row0, g.n, T_));
-      std::copy(og.begin(), og.end(), o.begin() + static_cast<int64_t>(og.size() / g.n) * g.row0);
-    };
-    // Decode-sized segments run side by side, one task each (their own parallel loops then run
-    // inline, which changes no bit); a longer chunk has the rows to use the threads itself.
-    const bool side_by_side = std::all_of(segs_.begin(), segs_.end(), [](const Segment& g) { return g.n <= 4; });
-    if (side_by_side) {
-      if (r.ratio > 0 && r.owns_compressor) w_.linear(p + "indexer.wk");  // prepared here: not thread-safe
-      pool_.parallel_for(static_cast<int64_t>(segs_.size()), 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) one(segs_[i]);
-      });
-    } else {
-      for (const Segment& g : segs_) one(g);
-    }
+    for (const Segment& g : segs_) one(g);
   }
+  attn_q_.swap(in.q);
   return output_projection(p, o);
 }
 

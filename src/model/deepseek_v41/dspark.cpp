@@ -73,15 +73,22 @@ std::vector<int32_t> Prefill::dspark_round(int32_t anchor, int64_t count, Vec* c
   round0_ = 0;  // dspark_draft0's rounds start at 0 with rings from position 0
   ring0_ = 0;
   h.resize(static_cast<size_t>(count * d_));  // rows 0 .. count-1 predict the drafts
-  const Vec U =
-      matmul(pool_, rms_norm(h, d_, w_.vec(last_stage() + "norm.weight"), c_.rms_norm_eps), count, w_.linear("head"));
+  // The round's head logits [count, vocab] and each draft's Markov bias [vocab] in buffers kept by the
+  // thread across rounds (the engine drafts on one thread): fresh, they were up to 6 x vocab floats of
+  // new pages per sequence per round. Grown to at most block x vocab, never shrunk; only the rows this
+  // round writes are read.
+  thread_local Vec U, bias;
+  const int64_t V = c_.vocab_size;
+  if (U.size() < static_cast<size_t>(count * V)) U.resize(static_cast<size_t>(count * V));
+  const Vec hn = rms_norm(h, d_, w_.vec(last_stage() + "norm.weight"), c_.rms_norm_eps);
+  matmul_into(pool_, hn.data(), count, d_, w_.linear("head"), U.data(), V);
   std::vector<int32_t> drafts;
   if (confidence) confidence->clear();
   std::vector<int64_t> o = {anchor};
   for (int64_t k = 0; k < count; ++k) {
     const Vec emb = w_.rows(last_stage() + "markov_head.embed.weight", o);
     if (confidence) confidence->push_back(confidence_logits(h.data() + k * d_, emb, 1)[0]);
-    o[0] = markov_argmax(U.data() + k * c_.vocab_size, emb, 1, nullptr)[0];
+    o[0] = markov_argmax(U.data() + k * V, emb, 1, bias, nullptr)[0];
     drafts.push_back(static_cast<int32_t>(o[0]));
   }
   return drafts;
@@ -108,9 +115,13 @@ Vec Prefill::confidence_logits(const float* h, const Vec& emb, int64_t rows) {
 
 // Draft k's logits U_k + markov_head.head · emb (emb = markov_head.embed[o_k]) for `rows` rows of U
 // [rows, vocab]; their greedy argmax (exact ties: the lowest id). logits: also the sums, when given.
-std::vector<int64_t> Prefill::markov_argmax(const float* U, const Vec& emb, int64_t rows, Vec* logits) {
+// bias: the caller's buffer for markov_head.head · emb (grown to rows x vocab, its first rows written).
+std::vector<int64_t> Prefill::markov_argmax(const float* U, const Vec& emb, int64_t rows, Vec& bias, Vec* logits) {
   const int64_t V = c_.vocab_size;
-  const Vec bias = matmul(pool_, emb, rows, w_.linear(last_stage() + "markov_head.head"));
+  const Lin& head = w_.linear(last_stage() + "markov_head.head");
+  DSINFER_CHECK(static_cast<int64_t>(emb.size()) == rows * head.cols && head.rows == V, "V4.1 DSpark: Markov head shape");
+  if (bias.size() < static_cast<size_t>(rows * V)) bias.resize(static_cast<size_t>(rows * V));
+  matmul_into(pool_, emb.data(), rows, head.cols, head, bias.data(), V);
   if (logits) logits->resize(static_cast<size_t>(rows * V));
   std::vector<int64_t> best(static_cast<size_t>(rows), 0);
   for (int64_t i = 0; i < rows; ++i) {
@@ -152,7 +163,7 @@ Vec Prefill::dspark_draft0(Vec* confidence) {
   // Draft k of every round: the rows p * B + k. Draft 0 is conditioned on the anchor (o_0 = ids[p+1]);
   // the later ones (only for the confidence) on the greedy draft before them.
   std::vector<int64_t> o(ids_.begin() + 1, ids_.end());
-  Vec logits;
+  Vec logits, bias;
   if (confidence) confidence->assign(static_cast<size_t>(P * B), 0.0f);
   for (int64_t k = 0; k < (confidence ? B : 1); ++k) {
     Vec hk(static_cast<size_t>(P * d_));
@@ -163,7 +174,7 @@ Vec Prefill::dspark_draft0(Vec* confidence) {
       const Vec c = confidence_logits(hk.data(), emb, P);
       for (int64_t p = 0; p < P; ++p) (*confidence)[p * B + k] = c[p];
     }
-    o = markov_argmax(U.data(), emb, P, k == 0 ? &logits : nullptr);
+    o = markov_argmax(U.data(), emb, P, bias, k == 0 ? &logits : nullptr);
   }
   return logits;
 }

@@ -1,8 +1,41 @@
 #include "model/deepseek_v41/prefill_impl.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace dsinfer::model::deepseek_v41::detail {
+
+namespace {
+
+// A thread's chunk buffers between the steps of its batch contexts (a context lives for one step).
+struct KeptBuffers {
+  Vec x, xn, attn_q, attn_o;
+  layers::ExpertScratch experts;
+};
+thread_local KeptBuffers kept;
+
+}  // namespace
+
+void Prefill::borrow_buffers() {
+  X_.swap(kept.x);
+  Xn_.swap(kept.xn);
+  attn_q_.swap(kept.attn_q);
+  attn_o_.swap(kept.attn_o);
+  std::swap(experts_, kept.experts);
+}
+
+// After the layers of a chunk: the buffers of a chunk of more than kKeptRows rows are given back (a
+// prefill's would hold megabytes); a batch context returns the rest to its thread for the next step.
+void Prefill::keep_buffers(bool borrowed) {
+  if (T_ > kKeptRows) {
+    Vec().swap(X_);
+    Vec().swap(Xn_);
+    Vec().swap(attn_q_);
+    Vec().swap(attn_o_);
+    experts_ = layers::ExpertScratch();
+  }
+  if (borrowed) borrow_buffers();
+}
 
 // Feeds ids at positions length().. (§2.13: a chunk continues the state of the earlier ones);
 // returns their logits [ids.size(), vocab].
@@ -60,8 +93,9 @@ std::vector<Vec> Prefill::forward_rows(const std::vector<Prefill*>& seqs,
     all.insert(all.end(), ids[i]->begin(), ids[i]->end());
   }
   T_ = static_cast<int64_t>(all.size());
+  if (!alone) borrow_buffers();
   const Vec e = w_.rows("embed.weight", all);
-  X_.assign(static_cast<size_t>(T_ * hc_ * d_), 0.0f);
+  X_.resize(static_cast<size_t>(T_ * hc_ * d_));  // every element written below
   for (int64_t t = 0; t < T_; ++t) {
     for (int64_t j = 0; j < hc_; ++j) std::copy_n(e.data() + t * d_, d_, X_.data() + (t * hc_ + j) * d_);
   }
@@ -86,6 +120,7 @@ std::vector<Vec> Prefill::forward_rows(const std::vector<Prefill*>& seqs,
   }
   precompressed_ = false;
   Vec y = rms_norm(collapse(pre_in), d_, w_.vec("norm.weight"), c_.rms_norm_eps);
+  keep_buffers(!alone);  // the head needs none of them
   // The logits of each sequence's last rows, in one product.
   int64_t rows = 0;
   for (size_t i = 0; i < seqs.size(); ++i) rows += want[i];

@@ -54,7 +54,8 @@ Vec Prefill::collapse(const std::vector<double>& pre) const {
 
 // X'[k] = post[k] f + sum_j comb[j][k] X[j].
 void Prefill::hc_post(const Vec& f, const Mix& m) {
-  Vec out(X_.size());
+  Vec& out = Xn_;  // every element written below
+  out.resize(X_.size());
   for (int64_t t = 0; t < T_; ++t) {
     for (int64_t k = 0; k < hc_; ++k) {
       for (int64_t i = 0; i < d_; ++i) {

@@ -109,14 +109,13 @@ Vec Prefill::moe(const std::string& p, const Vec& f, int64_t k) {
 Vec Prefill::moe_shared_stage(const std::string& p, const Vec& f, const std::vector<std::vector<int64_t>>& sel,
                               const std::vector<std::vector<double>>& wt, int64_t E) {
   const int64_t K = sel.empty() ? 0 : static_cast<int64_t>(sel[0].size());
-  // The small per-expert arrays are kept between calls. The stage's buffers are not: kept after a
-  // prefill they hold megabytes in the engine thread's heap, and glibc then hands the per-step logits
-  // (V4.1 allocates them afresh each step) new pages to fault in every step: +60k-100k minor faults
-  // and a quarter of the 16-stream decode throughput on MEDIUM-V41 (bench-serve, measured).
+  // The small per-expert arrays are kept between calls by the thread; the stage's buffers by this
+  // sequence or batch context with its other chunk buffers (experts_, given back after a long chunk:
+  // keep_buffers).
   thread_local std::vector<layers::ExpertProducts> experts;
   thread_local std::vector<int32_t> chosen;
   thread_local std::vector<float> route;
-  layers::ExpertScratch scratch;
+  layers::ExpertScratch& scratch = experts_;
   experts.assign(static_cast<size_t>(E), layers::ExpertProducts{});
   chosen.resize(static_cast<size_t>(T_ * K));
   route.resize(static_cast<size_t>(T_ * K));

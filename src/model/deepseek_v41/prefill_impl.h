@@ -145,7 +145,7 @@ class Prefill {
   Vec run_stages(const std::vector<int64_t>& block_ids);
   std::string last_stage() const { return core::str_cat("mtp.", c_.n_mtp_layers - 1, "."); }
   Vec confidence_logits(const float* h, const Vec& emb, int64_t rows);
-  std::vector<int64_t> markov_argmax(const float* U, const Vec& emb, int64_t rows, Vec* logits);
+  std::vector<int64_t> markov_argmax(const float* U, const Vec& emb, int64_t rows, Vec& bias, Vec* logits);
 
   const ModelConfig& c_;
   std::shared_ptr<Weights> weights_;  // this sequence's own, or shared (prepare_weights)
@@ -158,7 +158,16 @@ class Prefill {
   PrefillOptions opt_;
   core::ThreadPool& pool_;
   int64_t hc_, d_;
+  // Chunk buffers kept across forwards: a sequence's own, or a batch context's borrowed from its
+  // thread for the step (forward_rows), so a decode step writes last step's pages, not fresh ones
+  // (each fresh one was faulted in again every step). A chunk of more than kKeptRows rows gives them back.
+  static constexpr int64_t kKeptRows = 128;
+  void borrow_buffers();
+  void keep_buffers(bool borrowed);
   Vec X_;                           // [T, hc, d]
+  Vec Xn_;                          // hc_post's new streams, swapped with X_
+  Vec attn_q_, attn_o_;             // a batch's attention queries and output [T, nh * hd] (attention())
+  layers::ExpertScratch experts_;   // the expert stage's (moe_shared_stage)
   std::vector<Segment> segs_;       // the sequences whose rows X_ holds (this one alone, or a batch's)
   std::vector<int64_t> cid_;        // compressed ids of every position
   std::map<int64_t, Vec> windows_;  // per layer the window KV [n, hd] of every position

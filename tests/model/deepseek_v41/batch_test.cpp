@@ -146,6 +146,28 @@ TEST_P(BatchV41, IntoTheCallersBufferIsBitwiseAndInPlace) {
   }
 }
 
+// A batch context lives for one step but borrows its chunk buffers (streams, attention output, expert
+// scratch) from the thread, which keeps them between steps: steps of falling and rising row counts,
+// a batch of another checkpoint (other weights, so other values in the buffers) in between, and a
+// chunk above the kept bound (its buffers given back) each give bitwise the twins' logits alone.
+TEST_P(BatchV41, KeptChunkBuffersCarryNothingBetweenSteps) {
+  Pair a = make(1, 6), b = make(2, 9), c = make(3, 2);
+  step({&a, &b, &c}, {30, 30, 30}, {1, 2, 30}, "90 rows");
+  step({&b, &a}, {1, 1}, {1, 1}, "2 rows");
+  {
+    TempDir dir;
+    auto ck = small_v41_checkpoint(dir, 6);
+    const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+    const auto w = prepare_weights(*ck, options());
+    Sequence x(*ck, &map, options(), w), y(*ck, &map, options(), w);
+    const std::vector<std::vector<float>> out = Sequence::forward_batch({&x, &y}, {v41_prompt(40), v41_prompt(7)}, {1, 1});
+    ASSERT_EQ(out.size(), 2u);
+  }
+  step({&c, &a, &b}, {1, 3, 1}, {1, 3, 1}, "5 rows after another checkpoint's batch");
+  step({&a, &b}, {70, 70}, {1, 70}, "140 rows (given back)");
+  step({&a, &b, &c}, {1, 1, 1}, {1, 1, 1}, "3 rows");
+}
+
 TEST_P(BatchV41, RefusesWhatItCannotBatch) {
   Pair a = make(1, 4), b = make(2, 4);
   const std::vector<std::vector<int32_t>> ids = {{1}, {2}};

@@ -122,6 +122,39 @@ TEST(PrefillV41, DsparkRoundConfidenceIsTheTeacherForcedRow) {
   for (float x : conf) ASSERT_TRUE(std::isfinite(x));
 }
 
+// dspark_round keeps its head logits and Markov bias buffers across rounds (the engine drafts every
+// sequence's round on one thread): rounds of different sequences and draft counts, interleaved, each
+// give bitwise their own prefix's teacher-forced confidences (c_k follows the argmax of row k-1, so a
+// row left from another round would change it) and greedy first draft.
+TEST(PrefillV41, DsparkRoundsReuseBuffersWithoutLeakingAnotherRound) {
+  TempDir dir;
+  auto ck = small_v41_checkpoint(dir, 3);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  const std::vector<int32_t> ids = v41_prompt(20);
+  const int64_t B = ck->config().dspark->block_size, V = ck->config().vocab_size;
+  Sequence full(*ck, &map);
+  full.forward(ids);
+  std::vector<float> conf;
+  const std::vector<float> draft0 = full.dspark_draft0(&conf);
+  Sequence a(*ck, &map), b(*ck, &map);
+  a.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 9));   // the round after p = 8
+  b.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 14));  // p = 13
+  struct Round {
+    Sequence* seq;
+    int p;
+    int64_t count;
+  };
+  for (const Round& r : {Round{&a, 8, B}, Round{&b, 13, 1}, Round{&a, 8, 3}, Round{&b, 13, B}, Round{&a, 8, 1}}) {
+    std::vector<float> c;
+    const std::vector<int32_t> drafts = r.seq->dspark_round(ids[r.p + 1], r.count, &c);
+    ASSERT_EQ(drafts.size(), static_cast<size_t>(r.count));
+    ASSERT_EQ(c.size(), static_cast<size_t>(r.count));
+    for (int64_t k = 0; k < r.count; ++k) EXPECT_EQ(c[k], conf[r.p * B + k]) << "round " << r.p << " draft " << k;
+    const float* row = draft0.data() + r.p * V;
+    EXPECT_EQ(drafts[0], std::max_element(row, row + V) - row) << "round " << r.p << " count " << r.count;
+  }
+}
+
 TEST(PrefillV41, DsparkDraftIsTheLastCall) {
   TempDir dir;
   auto ck = small_v41_checkpoint(dir, 3);

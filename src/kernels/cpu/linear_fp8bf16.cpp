@@ -234,7 +234,13 @@ DSINFER_FP8BF16_HW void Fp8RowTilesHw(const Fp8Bf16Weight& w, int64_t q, int64_t
   alignas(64) float out[MR * 16];
   for (int64_t p = q; p < q_end; ++p) {
     Fp8RowTileHw<MR>(w, p, xb, block_stride, t, out);
-    for (int r = 0; r < MR; ++r) store_panel_rows(w, p, out + r * 16, y + r * ldy, row_lo, row_hi);
+    const int64_t r0 = p * kPanelRows;
+    if (r0 >= row_lo && r0 + kPanelRows <= std::min(row_hi, w.rows)) {
+      // A whole panel: one vector per row (store_panel_rows' memcpy of a variable size is a call).
+      for (int r = 0; r < MR; ++r) _mm512_storeu_ps(y + r * ldy + r0, _mm512_load_ps(out + r * 16));
+    } else {
+      for (int r = 0; r < MR; ++r) store_panel_rows(w, p, out + r * 16, y + r * ldy, row_lo, row_hi);
+    }
   }
 }
 

@@ -60,6 +60,10 @@ namespace HWY_NAMESPACE {
 HWY_INLINE void StoreRows(const Int8PackedWeight& w, int64_t p, int64_t M, const float* acc, float* y, int64_t ldy) {
   const int64_t r0 = p * kInt8PanelRows;
   const int64_t count = std::min<int64_t>(kInt8PanelRows, w.rows - r0);
+  if (count == kInt8PanelRows) {  // a constant size: vector moves, not a call per row
+    for (int64_t m = 0; m < M; ++m) std::memcpy(y + m * ldy + r0, acc + m * kInt8PanelRows, kInt8PanelRows * sizeof(float));
+    return;
+  }
   for (int64_t m = 0; m < M; ++m) std::memcpy(y + m * ldy + r0, acc + m * kInt8PanelRows, count * sizeof(float));
 }
 

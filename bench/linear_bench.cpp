@@ -7,7 +7,7 @@
 //   bench_linear                                  all
 //   bench_linear --benchmark_filter='M:1/'        decode only
 //   DSINFER_THREADS=1 bench_linear ...            one thread
-//   bench_linear --benchmark_filter=int8          the FP4 experts' int8 product (--numerics fast), on
+//   bench_linear --benchmark_filter=int8          the FP4 experts' int8 product (--numerics fast, M up to 128), on
 //                                                 activations already quantized (the model quantizes
 //                                                 an expert's rows once for w1 and w3)
 //   bench_linear --benchmark_filter=bf16dot       the FP8 and BF16 (head) products of --numerics fast (bf16
@@ -243,7 +243,8 @@ int main(int argc, char** argv) {
       }
     }
     if (s.format != WeightFormat::kFP4) continue;
-    for (int64_t M : {1, 2, 3, 4, 8, 16}) {
+    // 48: the rows one expert gets in a 512-token prefill (512 · 6 / 64 on MEDIUM).
+    for (int64_t M : {1, 2, 3, 4, 8, 16, 48, 128}) {
       const std::string name = std::string(s.name) + ".int8/" + std::to_string(s.rows) + "x" +
                                std::to_string(s.cols) + "/M:" + std::to_string(M) + "/";
       benchmark::RegisterBenchmark(name.c_str(), [s, M](benchmark::State& st) { run_int8(st, s, M); })

@@ -78,6 +78,13 @@ class DsinferParsers(unittest.TestCase):
         res = compare.parse_dsinfer_bench(DSINFER_BENCH)
         self.assertEqual(res, {"prefill": 33.4, "decode": 6.90, "load_s": 24.7})
 
+    def test_bench_reads_the_timed_prefill_not_the_cold_one(self):
+        # Since the warm-up prefill of the full length, the line also reports the cold (first) prefill.
+        line = ("prefill: 64 tokens in 1.919 s = 33.4 tok/s (median of 3 rounds: 31, 33, 35 tok/s; products 30.4 "
+                "GFLOP/s = 42% of the FMA peak); the first, cold prefill (workspaces growing) 21.7 tok/s")
+        text = "\n".join(line if l.startswith("prefill:") else l for l in DSINFER_BENCH.splitlines())
+        self.assertEqual(compare.parse_dsinfer_bench(text)["prefill"], 33.4)
+
     def test_bench_without_decode_line_is_rejected(self):
         text = "\n".join(line for line in DSINFER_BENCH.splitlines() if not line.startswith("decode:"))
         self.assertIsNone(compare.parse_dsinfer_bench(text))

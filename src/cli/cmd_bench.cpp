@@ -182,6 +182,29 @@ void print_breakdown(const v4::StageProfile& p, const TokenTraffic& t, const std
               "sum of the minima", sum_min * 1e3, "", "", "", all / 1e6, all / sum_min / 1e9, 100.0 * all / sum_min / bw);
 }
 
+// The timed prefill (one forward of the whole prompt) per stage: wall ms, the serial part, share of
+// the prefill, parallel regions, and ms per token.
+void print_prefill_breakdown(const v4::StageProfile& p, double prefill_s, int64_t tokens, int threads) {
+  if (p.steps.empty()) return;
+  std::printf("breakdown of the prefill (%lld tokens, one forward), %d threads (wall ms; serial = outside parallel "
+              "regions, the other threads idle):\n", static_cast<long long>(tokens), threads);
+  std::printf("  %-22s %10s %10s %6s %8s %10s\n", "stage", "ms", "serial", "share", "regions", "us/token");
+  double sum = 0;
+  for (int i = 0; i < static_cast<int>(v4::Stage::kCount); ++i) {
+    double t = 0, serial = 0;
+    for (size_t k = 0; k < p.steps.size(); ++k) {
+      t += p.steps[k][i];
+      serial += p.serial[k][i];
+    }
+    sum += t;
+    std::printf("  %-22s %10.2f %10.2f %5.1f%% %8llu %10.1f\n", v4::stage_name(static_cast<v4::Stage>(i)), t * 1e3,
+                serial * 1e3, 100.0 * t / prefill_s, static_cast<unsigned long long>(p.regions[i]),
+                t * 1e6 / static_cast<double>(tokens));
+  }
+  std::printf("  %-22s %10.2f %10s %5.1f%%\n", "outside the forward", (prefill_s - sum) * 1e3, "",
+              100.0 * (prefill_s - sum) / prefill_s);
+}
+
 int run_bench(int argc, char** argv) {
   Args args("bench",
             "Prefill tokens/s and single-stream decode tokens/s of a model, with this machine's measured read\n"
@@ -193,7 +216,8 @@ int run_bench(int argc, char** argv) {
             "exact forward: prefill time at each --prompt-len (a comma-separated list there), interleaved rounds,\n"
             "and the deviation of the next-token row and of a greedy continuation's rows.");
   add_model_flags(args, NumericsDefault::kFast);
-  args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens; with --decoder-replay a "
+  args.option("prompt-len", "N", "tokens of the prefill (one forward of N random tokens, timed after an untimed "
+              "one of the same length, which is reported as the cold prefill; with --decoder-replay a "
               "comma-separated list)", "512");
   args.option("decoder-replay", "K",
               "V4.1: compare the decoder-side bounded replay of the last K prompt tokens (deepinfer-system.md 2.3; "
@@ -201,8 +225,8 @@ int run_bench(int argc, char** argv) {
   args.option("replay-rounds", "N", "with --decoder-replay: timed prefills per mode and prompt length", "3");
   args.option("replay-decode", "N", "with --decoder-replay: greedy continuation rows compared after the prompt", "32");
   args.option("prefill-rounds", "N",
-              "timed prefills, each of a fresh sequence after the untimed warm-up; the median is reported (a single "
-              "cold prefill scatters 1.5x on a shared machine)",
+              "timed prefills, each of a fresh sequence after the untimed full-length warm-up; their median is "
+              "reported (single prefills scatter up to 1.5x on a shared machine)",
               "3");
   args.option("decode-tokens", "N", "timed decode steps (greedy, one token each) after the prefill", "64");
   args.option("warmup", "N", "untimed decode steps before the timed ones", "4");
@@ -213,7 +237,8 @@ int run_bench(int argc, char** argv) {
             "compressor+indexer, attention core, FFN, head, other, sampling): ms per step (median and least disturbed), parallel regions per "
             "step, the serial part (time outside parallel regions, when the other threads idle), and the weight "
             "bytes the stage reads against its least disturbed time (GB/s, share of the measured bandwidth). "
-            "Measured over the timed decode steps (the marks cost well under 0.1 percent of a step)");
+            "Measured over the timed decode steps (the marks cost well under 0.1 percent of a step). Also, first, "
+            "the timed prefill by the same stages: wall ms, serial ms, share, parallel regions and us per token");
   if (!args.parse(argc, argv)) return args.exit_code();
   if (const int64_t k = args.get_int("decoder-replay"); k != 0) {
     DSINFER_CHECK(k > 0, "--decoder-replay must be >= 0, got ", k);
@@ -317,20 +342,37 @@ int run_bench(int argc, char** argv) {
   std::uniform_int_distribution<int32_t> random_token(2, static_cast<int32_t>(vocab - 1));
   std::vector<int32_t> prompt(prompt_len);
   for (auto& id : prompt) id = random_token(rng);
-  {  // Untimed: grow the workspaces to the prefill size once (V4.1: prepare the weights it touches).
+  // Untimed: one prefill of the same length first, which grows the workspaces to the prefill size
+  // (a serving process keeps them; llama-bench also runs a warm-up) and, on V4.1, prepares the weights
+  // it touches. Its time is reported as the cold prefill.
+  double cold_s = 0;
+  {
     Step warm = new_stream();
-    warm(std::span<const int32_t>(prompt.data(), std::min<int64_t>(prompt_len, 64)));
+    const auto t0 = Clock::now();
+    warm(prompt);
+    cold_s = seconds(t0, Clock::now());
   }
-  // Each round prefills a fresh sequence; decode continues the last one.
+  // Each round prefills a fresh sequence; decode continues the last one, and with --breakdown the
+  // last round is the one broken down by stage.
   Step step;
   int32_t next = 0;
   std::vector<double> prefill_round_s;
+  v4::StageProfile prefill_profile;
   for (int64_t r = 0; r < prefill_rounds; ++r) {
     step = nullptr;  // the previous round's sequence is freed before the next one is made
     step = new_stream();
+    const bool profiled = breakdown && r + 1 == prefill_rounds;
+    if (profiled) {
+      model->set_stage_profile(&prefill_profile);
+      model->pool().set_region_timing(true);
+    }
     const auto t_prefill = Clock::now();
     next = step(prompt);
     prefill_round_s.push_back(seconds(t_prefill, Clock::now()));
+    if (profiled) {
+      model->set_stage_profile(nullptr);
+      model->pool().set_region_timing(false);
+    }
   }
   std::vector<double> prefill_sorted = prefill_round_s;
   std::sort(prefill_sorted.begin(), prefill_sorted.end());
@@ -378,16 +420,20 @@ int run_bench(int argc, char** argv) {
   for (double t : prefill_round_s) rounds += (rounds.empty() ? "" : ", ") + std::to_string(std::lround(prompt_len / t));
   std::printf(
       "prefill: %lld tokens in %.3f s = %.1f tok/s (median of %lld rounds: %s tok/s; products %.1f GFLOP/s = %.0f%% "
-      "of the FMA peak)\n",
+      "of the FMA peak); the first, cold prefill (workspaces growing) %.1f tok/s\n",
       static_cast<long long>(prompt_len), prefill_s, prefill_tps, static_cast<long long>(prefill_rounds),
-      rounds.c_str(), prefill_gflops, 100.0 * prefill_gflops / limits.fma.gflops);
+      rounds.c_str(), prefill_gflops, 100.0 * prefill_gflops / limits.fma.gflops,
+      static_cast<double>(prompt_len) / cold_s);
   std::printf(
       "decode: %lld tokens after %lld, %.2f tok/s (step median %.2f ms, min %.2f ms, max %.2f ms); roofline %.1f "
       "tok/s at %.1f GB/s; %.0f%% of the roofline\n",
       static_cast<long long>(decode_tokens), static_cast<long long>(prompt_len + warmup), decode_tps,
       sorted[sorted.size() / 2] * 1e3, sorted.front() * 1e3, sorted.back() * 1e3, roofline_tps, bw / 1e9,
       100.0 * decode_tps / roofline_tps);
-  if (breakdown) print_breakdown(profile, traffic, sampling_s, step_s, bw, threads);
+  if (breakdown) {
+    print_prefill_breakdown(prefill_profile, prefill_round_s.back(), prompt_len, threads);
+    print_breakdown(profile, traffic, sampling_s, step_s, bw, threads);
+  }
   return 0;
 }
 

@@ -173,6 +173,62 @@ TEST(Fp8Bf16Linear, EveryTargetAndRowCountEqualsTheOracleAndTheRowAloneBitwise) 
   }
 }
 
+TEST(Fp8Bf16Linear, PrefillRowCountsEqualTheOracleAndTheRowAloneBitwise) {
+  // From 17 rows x is converted once per product into 128-column blocks (tiles of 16, 8, 4 and 1 rows):
+  // row counts around every tile edge, up to a prefill's 512, alone, on a pool (split by rows of x and
+  // of the weight), by output rows, and as two products of one x in one region (one conversion).
+  core::ThreadPool pool(3);
+  struct Case {
+    int64_t rows, cols;
+    bool f32_scales;
+  };
+  // 330 columns: three scale blocks, the last of 37 pairs; 69: one block with an odd column.
+  for (const Case c : {Case{150, 330, false}, Case{40, 69, true}}) {
+    const Fp8TestWeight w = fp8_weight(c.rows, c.cols, static_cast<uint32_t>(c.cols + 1), c.f32_scales);
+    const Linear lin(w.view, Fp8Products::kBf16Dot);
+    constexpr int64_t kMaxM = 512;
+    const int64_t ldx = c.cols + 1, ldy = c.rows + 2;
+    const std::vector<float> x = activations(kMaxM * ldx, 11);
+    std::vector<float> want(kMaxM * ldy, 0.0f);
+    fp8bf16_reference(w.view, x.data(), kMaxM, ldx, want.data(), ldy);
+    const std::string shape = std::to_string(c.rows) + "x" + std::to_string(c.cols);
+    for (const bool hw : {true, false}) {
+      detail::set_bf16dot_hw_allowed(hw);
+      for (const int64_t M : {15, 16, 17, 20, 31, 32, 33, 63, 64, 65, 511, 512}) {
+        if (!hw && M > 65) continue;  // the oracle's loop: slow, and the same code at every M
+        const std::string what = std::string(hw ? "hw " : "scalar ") + shape + " M=" + std::to_string(M);
+        const std::vector<float> expect(want.begin(), want.begin() + M * ldy);
+        std::vector<float> got(M * ldy, 0.0f);
+        lin.forward(x.data(), M, ldx, got.data(), ldy, nullptr);
+        EXPECT_EQ(count_mismatches(got, expect, what), 0);
+        std::fill(got.begin(), got.end(), 0.0f);
+        lin.forward(x.data(), M, ldx, got.data(), ldy, &pool);
+        EXPECT_EQ(count_mismatches(got, expect, "pool " + what), 0);
+        std::vector<float> a(M * ldy, 0.0f), b(M * ldy, 0.0f);
+        const LinearCall calls[] = {{&lin, x.data(), M, ldx, a.data(), ldy}, {&lin, x.data(), M, ldx, b.data(), ldy}};
+        linear_forward_many(calls, &pool);
+        EXPECT_EQ(count_mismatches(a, expect, "many[0] " + what), 0);
+        EXPECT_EQ(count_mismatches(b, expect, "many[1] " + what), 0);
+        std::vector<float> part(M * ldy, 0.0f);
+        lin.forward_rows(x.data(), M, ldx, part.data(), ldy, 17, c.rows - 3);
+        int bad = 0;
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < c.rows; ++n) {
+            const float e = n >= 17 && n < c.rows - 3 ? want[m * ldy + n] : 0.0f;
+            bad += std::memcmp(&part[m * ldy + n], &e, 4) != 0;
+          }
+        EXPECT_EQ(bad, 0) << "forward_rows " << what;
+      }
+    }
+    detail::set_bf16dot_hw_allowed(true);
+    for (const int64_t m : {0, 16, 255, 511}) {
+      std::vector<float> one(c.rows, 0.0f);
+      lin.forward(x.data() + m * ldx, 1, ldx, one.data(), c.rows, &pool);
+      EXPECT_EQ(std::memcmp(one.data(), want.data() + m * ldy, c.rows * 4), 0) << shape << " row " << m << " alone";
+    }
+  }
+}
+
 TEST(Fp8Bf16Linear, OtherFormatsIgnoreTheOptionAndNanCodesAreRejected) {
   std::vector<uint16_t> bf(16 * 32, core::float_to_bf16(0.5f));
   const WeightView b{WeightFormat::kBF16, 16, 32, bf.data(), nullptr, false, "bf"};

@@ -391,6 +391,14 @@ TEST(Fp4Int8Linear, EveryDecodeAndRowCountEqualsTheOracleAndTheRowAloneBitwise) 
                                           {false, false, " maddubs"}});
 }
 
+// From 17 rows of x (prefill: an expert gets about 48 rows of a 512-token prompt) the panel kernel
+// runs four rows at a time and the remainder one by one: row counts around those edges, every target
+// and dot path, each row bitwise the oracle's and its own result alone.
+TEST(Fp4Int8Linear, PrefillRowCountsEqualTheOracleAndTheRowAloneBitwise) {
+  expect_rows_equal_the_oracle_and_alone(16 * 3 + 7, 96, 53u, 120u, {16, 17, 18, 19, 20, 21, 63, 64, 65},
+                                         {{true, true, " vnni"}, {false, false, " maddubs"}});
+}
+
 TEST(Fp4Int8Linear, RejectsBadInput) {
   Fp4Weight w = make_fp4(16, 64, 1u, false);
   WeightView bf = w.view;

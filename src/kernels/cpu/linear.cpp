@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "core/dtypes.h"
@@ -195,21 +196,78 @@ Split plan_split(int64_t rows, int64_t cols, int64_t M, int threads, double shar
   return s;
 }
 
+// Many rows of x through an FP8 bf16-dot weight (prefill): x is converted to bf16 once per product
+// into the row blocks of linear_fp8bf16.h, which every task reads. Up to 16 rows each task converts
+// its own x (decode: the conversion is small, the weights are the cost).
+constexpr int64_t kRowBlocksMinRows = 17;
+
+bool wants_row_blocks(const Linear::Packed& w, int64_t M) { return w.fp8bf16 != nullptr && M >= kRowBlocksMinRows; }
+
+// Buffers for converted x, kept per thread between products: a prefill converts megabytes per
+// product, which fresh allocations would fault in page by page every time. A product that needs one
+// while the thread's others are taken (several products of one region, or a product inside a task of
+// another) takes the next free one.
+struct RowBlockBuffers {
+  std::vector<std::vector<uint32_t>> buffers;
+  std::vector<bool> busy;
+};
+thread_local RowBlockBuffers t_row_blocks;
+
+class RowBlocks {
+ public:
+  RowBlocks(const detail::Fp8Bf16Weight& w, const float* x, int64_t M, int64_t ldx) : x_(x), M_(M), ldx_(ldx), cols_(w.cols) {
+    RowBlockBuffers& b = t_row_blocks;
+    while (slot_ < b.busy.size() && b.busy[slot_]) ++slot_;
+    if (slot_ == b.busy.size()) {
+      b.buffers.emplace_back();
+      b.busy.push_back(false);
+    }
+    b.busy[slot_] = true;
+    auto& buf = b.buffers[slot_];
+    const auto n = static_cast<size_t>(detail::fp8bf16_row_blocks_size(w, M));
+    if (buf.size() < n) buf.resize(n);
+    data_ = buf.data();
+    detail::fp8bf16_to_row_blocks(w, x, M, ldx, data_);
+  }
+  ~RowBlocks() { t_row_blocks.busy[slot_] = false; }
+  RowBlocks(const RowBlocks&) = delete;
+  RowBlocks& operator=(const RowBlocks&) = delete;
+  const uint32_t* data() const { return data_; }
+  // Whether this conversion also serves a product of the same x (row blocks depend only on x and cols).
+  bool same(const float* x, int64_t M, int64_t ldx, int64_t cols) const {
+    return x == x_ && M == M_ && ldx == ldx_ && cols == cols_;
+  }
+
+ private:
+  size_t slot_ = 0;
+  uint32_t* data_ = nullptr;
+  const float* x_;
+  int64_t M_, ldx_, cols_;
+};
+
 void compute(const Linear::Packed& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_lo,
              int64_t row_hi) {
-  if (w.fp8bf16) {
+  if (wants_row_blocks(w, M)) {
+    const RowBlocks xb(*w.fp8bf16, x, M, ldx);
+    detail::fp8bf16_forward_row_blocks(*w.fp8bf16, xb.data(), M, 0, M, y, ldy, row_lo, row_hi);
+  } else if (w.fp8bf16) {
     detail::fp8bf16_forward(*w.fp8bf16, x, M, ldx, y, ldy, row_lo, row_hi);
   } else {
     detail::packed_forward(w, x, M, ldx, y, ldy, row_lo, row_hi);
   }
 }
 
+// xblocks: x already converted for the whole product (wants_row_blocks), else null.
 void run_task(const Linear::Packed& w, const Split& s, int64_t t, const float* x, int64_t M, int64_t ldx, float* y,
-              int64_t ldy) {
+              int64_t ldy, const uint32_t* xblocks) {
   const int64_t rt = t % s.row_tasks, mt = t / s.row_tasks;
   const int64_t r0 = rt * s.row_step, r1 = std::min(w.rows, r0 + s.row_step);
   const int64_t m0 = mt * s.m_step, m1 = std::min(M, m0 + s.m_step);
-  compute(w, x + m0 * ldx, m1 - m0, ldx, y + m0 * ldy, ldy, r0, r1);
+  if (xblocks != nullptr) {
+    detail::fp8bf16_forward_row_blocks(*w.fp8bf16, xblocks, M, m0, m1, y + m0 * ldy, ldy, r0, r1);
+  } else {
+    compute(w, x + m0 * ldx, m1 - m0, ldx, y + m0 * ldy, ldy, r0, r1);
+  }
 }
 
 void check_call(const Linear& l, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
@@ -381,7 +439,12 @@ void Linear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t l
     compute(*packed_, x, M, ldx, y, ldy, 0, rows());
     return;
   }
-  pool->run(s.tasks(), [&](int64_t t, int) { run_task(*packed_, s, t, x, M, ldx, y, ldy); });
+  if (wants_row_blocks(*packed_, M)) {
+    const RowBlocks xb(*packed_->fp8bf16, x, M, ldx);
+    pool->run(s.tasks(), [&](int64_t t, int) { run_task(*packed_, s, t, x, M, ldx, y, ldy, xb.data()); });
+    return;
+  }
+  pool->run(s.tasks(), [&](int64_t t, int) { run_task(*packed_, s, t, x, M, ldx, y, ldy, nullptr); });
 }
 
 void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool) {
@@ -389,6 +452,7 @@ void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* po
     const LinearCall* call;
     Split split;
     int64_t first_task;
+    const uint32_t* xblocks;
   };
   std::vector<Planned> plan;
   plan.reserve(calls.size());
@@ -405,16 +469,26 @@ void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* po
     // Tasks in proportion to the product's share of the work (at least one each).
     const double macs = static_cast<double>(c.linear->rows()) * static_cast<double>(c.linear->cols()) * static_cast<double>(c.M);
     const Split s = plan_split(c.linear->rows(), c.linear->cols(), c.M, threads, macs / total_macs);
-    plan.push_back({&c, s, tasks});
+    plan.push_back({&c, s, tasks, nullptr});
     tasks += s.tasks();
   }
   if (tasks == 0) return;
+  // x of the prefill-sized FP8 bf16-dot products converted once, shared by the products of one x.
+  std::deque<RowBlocks> converted;
+  for (Planned& p : plan) {
+    const LinearCall& c = *p.call;
+    if (!wants_row_blocks(*c.linear->packed_, c.M)) continue;
+    auto it = std::find_if(converted.begin(), converted.end(),
+                           [&](const RowBlocks& b) { return b.same(c.x, c.M, c.ldx, c.linear->cols()); });
+    p.xblocks = it != converted.end() ? it->data()
+                                      : converted.emplace_back(*c.linear->packed_->fp8bf16, c.x, c.M, c.ldx).data();
+  }
   auto task = [&](int64_t t, int) {
     auto it = std::upper_bound(plan.begin(), plan.end(), t,
                                [](int64_t v, const Planned& p) { return v < p.first_task; });
     const Planned& p = *(it - 1);
     const LinearCall& c = *p.call;
-    run_task(*c.linear->packed_, p.split, t - p.first_task, c.x, c.M, c.ldx, c.y, c.ldy);
+    run_task(*c.linear->packed_, p.split, t - p.first_task, c.x, c.M, c.ldx, c.y, c.ldy, p.xblocks);
   };
   if (pool == nullptr || tasks == 1) {
     for (int64_t t = 0; t < tasks; ++t) task(t, 0);

@@ -184,6 +184,96 @@ DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q
                          row_lo, row_hi);
 }
 
+// Many rows of x (prefill): x converted once per product into column blocks (Fp8RowBlocks below), so
+// the 64 pairs of one block of MR rows are MR·256 contiguous bytes: row-strided x at K = 2048 put every
+// row of a tile into the same L1 set, and one base register addresses every row's broadcast. One call
+// runs a panel against MR rows over all scale blocks (the same chains and block FMAs as Fp8TileHw, so
+// the same bits), writing out [MR][16].
+template <int MR>
+DSINFER_FP8BF16_HW void Fp8RowTileHw(const Fp8Bf16Weight& w, int64_t p, const uint32_t* xb, int64_t block_stride,
+                                     const DecodeTables& t, float* out) {
+  const uint8_t* panel = w.panel(p);
+  for (int r = 0; r < MR; ++r) _mm512_storeu_ps(out + r * 16, _mm512_setzero_ps());
+  for (int64_t b = 0; b < w.scale_cols; ++b) {
+    const int64_t kp0 = b * kBlockPairs, n = std::min(w.pairs, kp0 + kBlockPairs) - kp0;
+    const uint32_t* xr = xb + b * block_stride;
+    const uint8_t* wq = panel + kp0 * 32;
+    __m512 acc[MR];
+    for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+      __m512i wa, wb;
+      DecodeQuad(wq + i * 32, t, &wa, &wb);
+      // Every row's first pair, then every row's second: the MR chains interleave.
+      for (int r = 0; r < MR; ++r)
+        acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)wa, (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[r * kBlockPairs + i])));
+      for (int r = 0; r < MR; ++r)
+        acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)wb,
+                                  (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[r * kBlockPairs + i + 1])));
+    }
+    if (i < n) {  // the last pair of an odd count: the quad's second half is padding, not used
+      __m512i wa, wb;
+      DecodeQuad(wq + i * 32, t, &wa, &wb);
+      for (int r = 0; r < MR; ++r)
+        acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)wa, (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[r * kBlockPairs + i])));
+    }
+    const __m512 s = _mm512_set1_ps(panel_scale(w, p, b));
+    // The outputs wait in memory (out), leaving the registers to the chains and the decode.
+    for (int r = 0; r < MR; ++r) _mm512_storeu_ps(out + r * 16, _mm512_fmadd_ps(acc[r], s, _mm512_loadu_ps(out + r * 16)));
+  }
+}
+
+// Rows [m0, m1) of the converted x against panels [pb, pe): groups of kRowGroupPanels panels (L2
+// resident) pass every 16-row tile of x before the next group, so each tile of x (16 × K bf16) is
+// read from memory once per group and reused by its panels from L2.
+constexpr int64_t kRowGroupPanels = 8;
+template <int MR>
+DSINFER_FP8BF16_HW void Fp8RowTilesHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xb,
+                                      int64_t block_stride, const DecodeTables& t, float* y, int64_t ldy,
+                                      int64_t row_lo, int64_t row_hi) {
+  alignas(64) float out[MR * 16];
+  for (int64_t p = q; p < q_end; ++p) {
+    Fp8RowTileHw<MR>(w, p, xb, block_stride, t, out);
+    const int64_t r0 = p * kPanelRows;
+    if (r0 >= row_lo && r0 + kPanelRows <= std::min(row_hi, w.rows)) {
+      // A whole panel: one vector per row (store_panel_rows' memcpy of a variable size is a call).
+      for (int r = 0; r < MR; ++r) _mm512_storeu_ps(y + r * ldy + r0, _mm512_load_ps(out + r * 16));
+    } else {
+      for (int r = 0; r < MR; ++r) store_panel_rows(w, p, out + r * 16, y + r * ldy, row_lo, row_hi);
+    }
+  }
+}
+
+DSINFER_FP8BF16_HW void Fp8RowsHw(const Fp8Bf16Weight& w, const uint32_t* xblocks, int64_t rows_total, int64_t m0,
+                                  int64_t m1, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+  static const DecodeBytes bytes = decode_bytes();
+  const DecodeTables t{_mm512_load_si512(bytes.lo), _mm512_load_si512(bytes.lo + 64), _mm512_load_si512(bytes.hi),
+                       _mm512_load_si512(bytes.hi + 64)};
+  const int64_t pb = row_lo / kPanelRows, pe = (row_hi + kPanelRows - 1) / kPanelRows;
+  const int64_t block_stride = rows_total * kBlockPairs;
+  for (int64_t p = pb; p < pe; p += kRowGroupPanels) {
+    const int64_t q_end = std::min(pe, p + kRowGroupPanels);
+    for (int64_t m = m0; m < m1;) {
+      const int64_t left = m1 - m;
+      const uint32_t* xm = xblocks + m * kBlockPairs;
+      float* ym = y + (m - m0) * ldy;
+      if (left >= 16) {
+        Fp8RowTilesHw<16>(w, p, q_end, xm, block_stride, t, ym, ldy, row_lo, row_hi);
+        m += 16;
+      } else if (left >= 8) {
+        Fp8RowTilesHw<8>(w, p, q_end, xm, block_stride, t, ym, ldy, row_lo, row_hi);
+        m += 8;
+      } else if (left >= 4) {
+        Fp8RowTilesHw<4>(w, p, q_end, xm, block_stride, t, ym, ldy, row_lo, row_hi);
+        m += 4;
+      } else {
+        Fp8RowTilesHw<1>(w, p, q_end, xm, block_stride, t, ym, ldy, row_lo, row_hi);
+        m += 1;
+      }
+    }
+  }
+}
+
 // x to bf16 sixteen at a time (vcvtneps2bf16: round to nearest even, subnormal inputs read as zero);
 // returns how many columns it converted.
 DSINFER_FP8BF16_HW int64_t ToBf16Hw(const float* x, int64_t cols, void* out) {
@@ -277,6 +367,35 @@ void ToPairs(const float* x, int64_t M, int64_t ldx, int64_t cols, int64_t pairs
   }
 }
 
+// x rows to the column blocks of Fp8RowBlocks: block b of row m at out[(b·M + m)·64], its pairs as ToPairs
+// makes them (a zero partner for an odd last column).
+void ToRowBlocks(const float* x, int64_t M, int64_t ldx, int64_t cols, uint32_t* out) {
+  const int64_t blocks = (cols + kFp8Block - 1) / kFp8Block;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t c0 = b * kFp8Block, n = std::min(cols, c0 + kFp8Block) - c0;
+      ToPairs(x + m * ldx + c0, 1, ldx, n, (n + 1) / 2, out + (b * M + m) * kBlockPairs);
+    }
+}
+
+// Rows [m0, m1) of the converted x; rows_total = the M it was converted with.
+void Fp8Bf16ForwardRows(const Fp8Bf16Weight& w, const uint32_t* xblocks, int64_t rows_total, int64_t m0, int64_t m1,
+                        float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+  if (fp8bf16_hw_allowed()) {
+    Fp8RowsHw(w, xblocks, rows_total, m0, m1, y, ldy, row_lo, row_hi);
+    return;
+  }
+#endif
+  // Elsewhere the oracle's loop on row-major pairs (tests; callers take this path only on the hardware).
+  std::vector<uint32_t> xp(static_cast<size_t>((m1 - m0) * w.pairs));
+  for (int64_t m = m0; m < m1; ++m)
+    for (int64_t kp = 0; kp < w.pairs; ++kp)
+      xp[(m - m0) * w.pairs + kp] = xblocks[((kp / kBlockPairs) * rows_total + m) * kBlockPairs + kp % kBlockPairs];
+  ForwardScalar(w, xp.data(), m1 - m0, y, ldy, row_lo / kPanelRows, (row_hi + kPanelRows - 1) / kPanelRows, row_lo,
+                row_hi);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace dsinfer::kernels::detail
 HWY_AFTER_NAMESPACE();
@@ -299,6 +418,8 @@ bool fp8bf16_hw_allowed() {
 
 HWY_EXPORT(Fp8Bf16Forward);
 HWY_EXPORT(ToPairs);
+HWY_EXPORT(Fp8Bf16ForwardRows);
+HWY_EXPORT(ToRowBlocks);
 
 namespace {
 
@@ -360,6 +481,18 @@ void fp8bf16_forward(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t 
   std::unique_ptr<uint32_t[]> xp(new uint32_t[static_cast<size_t>(M * w.pairs)]);
   HWY_DYNAMIC_DISPATCH(ToPairs)(x, M, ldx, w.cols, w.pairs, xp.get());
   HWY_DYNAMIC_DISPATCH(Fp8Bf16Forward)(w, xp.get(), M, y, ldy, row_lo, row_hi);
+}
+
+int64_t fp8bf16_row_blocks_size(const Fp8Bf16Weight& w, int64_t M) { return w.scale_cols * M * kBlockPairs; }
+
+void fp8bf16_to_row_blocks(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t ldx, uint32_t* out) {
+  if (M > 0) HWY_DYNAMIC_DISPATCH(ToRowBlocks)(x, M, ldx, w.cols, out);
+}
+
+void fp8bf16_forward_row_blocks(const Fp8Bf16Weight& w, const uint32_t* xblocks, int64_t rows_total, int64_t m0,
+                                int64_t m1, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+  if (m0 >= m1 || row_lo >= row_hi) return;
+  HWY_DYNAMIC_DISPATCH(Fp8Bf16ForwardRows)(w, xblocks, rows_total, m0, m1, y, ldy, row_lo, row_hi);
 }
 
 }  // namespace detail

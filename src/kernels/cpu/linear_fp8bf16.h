@@ -54,5 +54,14 @@ std::unique_ptr<Fp8Bf16Weight> pack_fp8bf16(const WeightView& w);
 void fp8bf16_forward(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
                      int64_t row_lo, int64_t row_hi);
 
+// Many rows of x (prefill): x converted to bf16 once per product, in column blocks of 128 (u32 pairs
+// [ceil(cols/128)][M][64]), which every task of the product then reads (fp8bf16_forward converts all
+// of its x in each call). Results are bitwise those of fp8bf16_forward.
+int64_t fp8bf16_row_blocks_size(const Fp8Bf16Weight& w, int64_t M);  // u32 elements
+void fp8bf16_to_row_blocks(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t ldx, uint32_t* out);
+// y rows [row_lo, row_hi) for rows [m0, m1) of the converted x (rows_total: its M); y points at row m0.
+void fp8bf16_forward_row_blocks(const Fp8Bf16Weight& w, const uint32_t* xblocks, int64_t rows_total, int64_t m0,
+                                int64_t m1, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi);
+
 }  // namespace detail
 }  // namespace dsinfer::kernels

@@ -60,6 +60,10 @@ namespace HWY_NAMESPACE {
 HWY_INLINE void StoreRows(const Int8PackedWeight& w, int64_t p, int64_t M, const float* acc, float* y, int64_t ldy) {
   const int64_t r0 = p * kInt8PanelRows;
   const int64_t count = std::min<int64_t>(kInt8PanelRows, w.rows - r0);
+  if (count == kInt8PanelRows) {  // a constant size: vector moves, not a call per row
+    for (int64_t m = 0; m < M; ++m) std::memcpy(y + m * ldy + r0, acc + m * kInt8PanelRows, kInt8PanelRows * sizeof(float));
+    return;
+  }
   for (int64_t m = 0; m < M; ++m) std::memcpy(y + m * ldy + r0, acc + m * kInt8PanelRows, count * sizeof(float));
 }
 
@@ -197,6 +201,64 @@ HWY_INLINE void DecodeShuffle(VI table, VI mask, VI raw, VI& lo, VI& hi) {
     }                                                                                                          \
   }
 
+// The panel kernel for prefill-sized M (more than kPanelRowsMin rows of x: an expert's rows of a
+// prompt): as the panel kernel, but four rows of x at a time, so that four independent chains are in
+// flight (the eight dots of one row and group depend on each other, which left the single-row loop
+// waiting on their latency). The same operations per lane in the same order, so the same bits.
+#define DSINFER_INT8_PANEL_ROWS_KERNEL(NAME, ATTR, DOT)                                                       \
+  template <int R>                                                                                           \
+  ATTR HWY_INLINE void NAME##Block(const VI (*wv)[kNV], const VFl* ws, const int8_t* q, int64_t ldq,          \
+                                   const float* xs, int64_t lds, const int32_t* qc, int64_t groups, int64_t g, \
+                                   int64_t block, float* acc) {                                              \
+    VI dot[R][kNV];                                                                                          \
+    for (int r = 0; r < R; ++r)                                                                              \
+      for (int v = 0; v < kNV; ++v) dot[r][v] = Set32(static_cast<uint32_t>(qc[r * groups + g]));           \
+    for (int i = 0; i < 8; ++i) {                                                                            \
+      for (int r = 0; r < R; ++r) {                                                                          \
+        uint32_t word;                                                                                       \
+        std::memcpy(&word, q + r * ldq + g * kInt8Group + (i / 2) * 8 + (i % 2) * 4, 4);                     \
+        const VI a = Set32(word);                                                                            \
+        for (int v = 0; v < kNV; ++v) dot[r][v] = DOT(dot[r][v], wv[i][v], a);                               \
+      }                                                                                                      \
+    }                                                                                                        \
+    for (int r = 0; r < R; ++r) {                                                                            \
+      const VFl x_scale = SetF(xs[r * lds + g * kInt8Group / block]);                                        \
+      float* am = acc + r * kInt8PanelRows;                                                                  \
+      for (int v = 0; v < kNV; ++v)                                                                          \
+        StoreF(am + v * kL, MulAddF(Cvt(dot[r][v]), MulF(x_scale, ws[v]), LoadF(am + v * kL)));              \
+    }                                                                                                        \
+  }                                                                                                          \
+  ATTR void NAME(const Int8PackedWeight& w, int64_t p, const int8_t* q, int64_t ldq, const float* xs,         \
+                 int64_t lds, const int32_t* qc, int64_t M, int64_t block, float* acc) {                       \
+    const VI table = Table(), mask = Mask0F();                                                                 \
+    const uint8_t* panel = w.panel(p);                                                                         \
+    for (int64_t i = 0; i < M * kInt8PanelRows; ++i) acc[i] = 0.0f;                                            \
+    for (int64_t g = 0; g < w.groups; ++g) {                                                                   \
+      PrefetchGroup(w, p, 1, g + kPrefetchGroups);                                                             \
+      VI wv[8][kNV];                                                                                           \
+      for (int o = 0; o < 4; ++o) {                                                                            \
+        for (int v = 0; v < kNV; ++v) {                                                                        \
+          const VI raw = LoadI(panel + (g * 4 + o) * kInt8OctetBytes + v * kL * 4);                            \
+          wv[2 * o][v] = Shuffle(table, AndI(raw, mask));                                                      \
+          wv[2 * o + 1][v] = Shuffle(table, AndI(Srl4(raw), mask));                                            \
+        }                                                                                                      \
+      }                                                                                                        \
+      const int64_t at = (p * w.groups + g) * kInt8PanelRows;                                                  \
+      VFl ws[kNV];                                                                                             \
+      for (int v = 0; v < kNV; ++v) ws[v] = LoadHalfScale(w, at + v * kL);                                     \
+      int64_t m = 0;                                                                                           \
+      for (; m + 4 <= M; m += 4)                                                                               \
+        NAME##Block<4>(wv, ws, q + m * ldq, ldq, xs + m * lds, lds, qc + m * w.groups, w.groups, g, block,     \
+                       acc + m * kInt8PanelRows);                                                             \
+      for (; m < M; ++m)                                                                                       \
+        NAME##Block<1>(wv, ws, q + m * ldq, ldq, xs + m * lds, lds, qc + m * w.groups, w.groups, g, block,     \
+                       acc + m * kInt8PanelRows);                                                             \
+    }                                                                                                          \
+  }
+
+// From this many rows of x the four-row panel kernel runs (up to it the single-row one, M = 5..16).
+constexpr int64_t kPanelRowsMin = 17;
+
 // Rows of x up to which the tile kernel below runs (decode: the rows routed to one expert); more rows
 // take the panel kernel above.
 constexpr int64_t kTileMaxRows = 4;
@@ -270,6 +332,7 @@ constexpr int TilePanels(int MR) { return kNV == 1 ? (MR <= 2 ? 4 : 2) : (MR == 
   }
 
 DSINFER_INT8_PANEL_KERNEL(PanelMaddubs, , DotMaddubs)
+DSINFER_INT8_PANEL_ROWS_KERNEL(PanelRowsMaddubs, , DotMaddubs)
 DSINFER_INT8_TILE_KERNEL(TileMaddubs, , DotMaddubs, DecodeShuffle)
 
 #if HWY_TARGET == HWY_AVX3
@@ -285,6 +348,7 @@ HWY_INLINE DSINFER_INT8_VNNI_VBMI void DecodeVbmi(VI table, VI /*mask*/, VI raw,
   hi = _mm512_maskz_permutexvar_epi8(kAll, Srl4(raw), table);
 }
 DSINFER_INT8_PANEL_KERNEL(PanelVnni, DSINFER_INT8_VNNI, DotVnni)
+DSINFER_INT8_PANEL_ROWS_KERNEL(PanelRowsVnni, DSINFER_INT8_VNNI, DotVnni)
 DSINFER_INT8_TILE_KERNEL(TileVnni, DSINFER_INT8_VNNI, DotVnni, DecodeShuffle)
 DSINFER_INT8_TILE_KERNEL(TileVnniVbmi, DSINFER_INT8_VNNI_VBMI, DotVnni, DecodeVbmi)
 #undef DSINFER_INT8_VNNI
@@ -292,6 +356,7 @@ DSINFER_INT8_TILE_KERNEL(TileVnniVbmi, DSINFER_INT8_VNNI_VBMI, DotVnni, DecodeVb
 #endif
 #undef DSINFER_INT8_TILE_KERNEL
 #undef DSINFER_INT8_PANEL_KERNEL
+#undef DSINFER_INT8_PANEL_ROWS_KERNEL
 
 enum class DotPath { kMaddubs, kVnni, kVnniVbmi };
 
@@ -388,15 +453,26 @@ void Int8PackedForward(const Int8PackedWeight& w, const int8_t* q, int64_t ldq, 
   }
   thread_local std::vector<float> acc;
   acc.resize(M * kInt8PanelRows);
+  const bool rows4 = M >= kPanelRowsMin;
   for (int64_t p = p_begin; p < p_end; ++p) {
 #if HWY_TARGET == HWY_AVX3
     if (path != DotPath::kMaddubs) {
-      PanelVnni(w, p, q, ldq, xs, lds, qc, M, block, acc.data());
+      if (rows4) {
+        PanelRowsVnni(w, p, q, ldq, xs, lds, qc, M, block, acc.data());
+      } else {
+        PanelVnni(w, p, q, ldq, xs, lds, qc, M, block, acc.data());
+      }
+    } else if (rows4) {
+      PanelRowsMaddubs(w, p, q, ldq, xs, lds, qc, M, block, acc.data());
     } else {
       PanelMaddubs(w, p, q, ldq, xs, lds, qc, M, block, acc.data());
     }
 #else
-    PanelMaddubs(w, p, q, ldq, xs, lds, qc, M, block, acc.data());
+    if (rows4) {
+      PanelRowsMaddubs(w, p, q, ldq, xs, lds, qc, M, block, acc.data());
+    } else {
+      PanelMaddubs(w, p, q, ldq, xs, lds, qc, M, block, acc.data());
+    }
 #endif
     StoreRows(w, p, M, acc.data(), y, ldy);
   }

@@ -23,18 +23,24 @@ void compressor_forward(const CompressorWeights& w, const LayerShape& ls, bool i
   const int64_t r = w.ratio, D = w.width;
   const int64_t cw = (w.overlap ? 2 : 1) * D;
 
-  std::vector<EntryTask> tasks;
-  for (int32_t i = 0; i < static_cast<int32_t>(ctx.seqs.size()); ++i) {
-    const SeqSlice& q = ctx.seqs[i];
-    PositionRing& tail = indexer ? ctx.layer_state(i, ls).index_tail : ctx.layer_state(i, ls).tail;
-    for (int64_t k = 0; k < q.n; ++k) {
-      const int64_t row = q.first_row + k, p = q.start + k;
+  // Every row into its sequence's tail ring (distinct rows: the ring has room for the whole chunk), in
+  // parallel: a prefill's rows are 4-8 KB each per compressed layer, which one thread copied alone.
+  ctx.pool->parallel_for(ctx.n_rows(), 16, [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      const RowInfo& ri = ctx.rows[row];
+      PositionRing& tail = indexer ? ctx.layer_state(ri.seq, ls).index_tail : ctx.layer_state(ri.seq, ls).tail;
+      const int64_t p = ri.pos;
       float* dst = tail.frow(p);
       std::memcpy(dst, u + row * cw, cw * sizeof(float));
       const float* ape = w.ape.data() + (p % r) * cw;
       for (int64_t c = 0; c < cw; ++c) dst[cw + c] = sc[row * cw + c] + ape[c];
-      if ((p + 1) % r == 0 && p + 1 > q.replay_end) tasks.push_back({i, p / r});
     }
+  });
+  std::vector<EntryTask> tasks;
+  for (int32_t i = 0; i < static_cast<int32_t>(ctx.seqs.size()); ++i) {
+    const SeqSlice& q = ctx.seqs[i];
+    for (int64_t p = q.start; p < q.start + q.n; ++p)
+      if ((p + 1) % r == 0 && p + 1 > q.replay_end) tasks.push_back({i, p / r});
   }
   if (tasks.empty()) return;
 

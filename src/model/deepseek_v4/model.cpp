@@ -45,13 +45,15 @@ size_t Model::sequence_bytes() const {
 void Model::prepare_rope(StepContext& ctx) {
   const ModelShape& s = *shape_;
   const int64_t N = ctx.n_rows(), pairs = s.rope_dim / 2;
-  for (int kind = 0; kind < 2; ++kind) {
-    ctx.rope[kind].resize(N * s.rope_dim);
-    for (int64_t r = 0; r < N; ++r) {
-      float* c = ctx.rope[kind].data() + r * s.rope_dim;
-      kernels::rope_cos_sin(s.rope_freqs[kind].data(), pairs, ctx.rows[r].pos, c, c + pairs);
-    }
-  }
+  for (int kind = 0; kind < 2; ++kind) ctx.rope[kind].resize(N * s.rope_dim);
+  // Per row and independent (cos/sin in double: a prefill's rows are worth both threads).
+  pool_->parallel_for(N, 32, [&](int64_t b, int64_t e) {
+    for (int kind = 0; kind < 2; ++kind)
+      for (int64_t r = b; r < e; ++r) {
+        float* c = ctx.rope[kind].data() + r * s.rope_dim;
+        kernels::rope_cos_sin(s.rope_freqs[kind].data(), pairs, ctx.rows[r].pos, c, c + pairs);
+      }
+  });
 }
 
 void Model::write_outputs(StepContext& ctx, const float* X, const HcWeights& head, const std::vector<float>& norm,
@@ -185,16 +187,17 @@ void Model::forward(std::span<const SequenceInput> batch, std::span<SequenceOutp
   prepare_rope(ctx);
 
   const int64_t N = ctx.n_rows(), d = s.dim, hd = s.hc_dim();
-  std::vector<float> X(N * hd);  // the residual streams; one allocation per step, not per token
+  if (residual_.size() < static_cast<size_t>(N * hd)) residual_.resize(N * hd);
+  float* const X = residual_.data();  // every element is written below before it is read
   pool_->parallel_for(N, 16, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const uint16_t* row = weights_.embed + static_cast<int64_t>(ctx.rows[r].token) * d;
-      float* x = X.data() + r * hd;
+      float* x = X + r * hd;
       for (int64_t c = 0; c < d; ++c) x[c] = core::bf16_to_float(row[c]);
       for (int64_t j = 1; j < s.hc; ++j) std::copy(x, x + d, x + j * d);
     }
   });
-  run_layers(ctx, X.data(), false);
+  run_layers(ctx, X, false);
 
   std::vector<LogitRows> want;
   std::vector<bool> hidden_flags;
@@ -204,7 +207,7 @@ void Model::forward(std::span<const SequenceInput> batch, std::span<SequenceOutp
   }
   std::unique_ptr<bool[]> hidden(new bool[batch.size()]);
   for (size_t i = 0; i < batch.size(); ++i) hidden[i] = hidden_flags[i];
-  write_outputs(ctx, X.data(), weights_.hc_head, weights_.norm, want, {hidden.get(), batch.size()}, outputs);
+  write_outputs(ctx, X, weights_.hc_head, weights_.norm, want, {hidden.get(), batch.size()}, outputs);
   ctx.clock.enter(Stage::kOther);
   guard.done = true;
   for (size_t i = 0; i < ctx.seqs.size(); ++i) {

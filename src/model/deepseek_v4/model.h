@@ -100,6 +100,9 @@ class Model {
   std::unique_ptr<core::ThreadPool> own_pool_;
   core::ThreadPool* pool_ = nullptr;
   Workspace ws_;
+  // The residual streams of a forward step, kept like the workspace: a prefill then neither allocates
+  // nor zeroes them on one thread (8 MB at 512 rows of MEDIUM) before the embedding overwrites them.
+  std::vector<float> residual_;
   StageProfile* profile_ = nullptr;
   std::mutex mutex_;
 };

@@ -5,7 +5,7 @@
 namespace dsinfer::model::deepseek_v4 {
 
 void PositionRing::reallocate(int64_t cap) {
-  std::vector<uint64_t> next((static_cast<size_t>(cap) * row_bytes_ + 7) / 8);
+  decltype(storage_) next((static_cast<size_t>(cap) * row_bytes_ + 7) / 8);
   uint8_t* dst = reinterpret_cast<uint8_t*>(next.data());
   for (int64_t p = begin_; p < end_; ++p) std::memcpy(dst + static_cast<size_t>(p % cap) * row_bytes_, row(p), row_bytes_);
   storage_.swap(next);

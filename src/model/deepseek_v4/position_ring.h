@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 namespace dsinfer::model::deepseek_v4 {
@@ -52,7 +55,28 @@ class PositionRing {
   int64_t min_capacity_ = 0;
   int64_t capacity_ = 0;
   int64_t begin_ = 0, end_ = 0;
-  std::vector<uint64_t> storage_;  // 8-byte aligned rows of fp32 or bytes
+  // Leaves new elements uninitialised (a plain vector would zero them): growing the rings for a long
+  // chunk (tails of 4-8 KB per position on MEDIUM) was then a serial memset of tens of MB in
+  // begin_step; the rows are written by the forward, on every thread, before anything reads them.
+  template <typename T>
+  struct UninitAllocator : std::allocator<T> {
+    template <typename U>
+    struct rebind {
+      using other = UninitAllocator<U>;
+    };
+    UninitAllocator() = default;
+    template <typename U>
+    UninitAllocator(const UninitAllocator<U>&) noexcept {}
+    template <typename U>
+    void construct(U* p) noexcept {
+      ::new (static_cast<void*>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+  };
+  std::vector<uint64_t, UninitAllocator<uint64_t>> storage_;  // 8-byte aligned rows of fp32 or bytes
 };
 
 }  // namespace dsinfer::model::deepseek_v4

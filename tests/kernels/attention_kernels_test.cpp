@@ -97,7 +97,7 @@ TEST(SinkAttention, HeadResultDoesNotDependOnTheOtherHeads) {
 // scalar tail and head counts with a single head left over included.
 TEST(SinkAttention, WeightedSumIsOneChainInRowOrderBitwise) {
   struct Shape { int64_t heads, dim, n; };
-  for (const Shape s : {Shape{3, 512, 37}, Shape{5, 20, 9}, Shape{2, 72, 130}, Shape{1, 8, 1}}) {
+  for (const Shape s : {Shape{3, 512, 37}, Shape{7, 512, 20}, Shape{5, 20, 9}, Shape{2, 72, 130}, Shape{1, 8, 1}}) {
     const std::vector<float> q(s.heads * s.dim, 0.0f);
     const auto kv = random_vec(s.n * s.dim, 40 + s.n);
     const std::vector<float> sink(s.heads, -INFINITY);

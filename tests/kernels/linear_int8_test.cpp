@@ -122,14 +122,6 @@ void expect_rows_equal_the_oracle_and_alone(int64_t rows, int64_t cols, uint32_t
           expect_bitwise_equal(got, want, what + (p ? " pool" : ""));
           ++checked;
         }
-        {  // in pieces of rows, as the expert stage splits its products over the threads
-          std::vector<float> got(M * ldy, 0.0f);
-          for (int64_t r = 0; r < rows; r += 48) {
-            lin.forward_quantized_rows(qx.q.data(), qx.ldq, qx.xs.data(), qx.lds, M, block, got.data(), ldy, r,
-                                       std::min(rows, r + 48));
-          }
-          expect_bitwise_equal(got, want, what + " pieces of 48 rows");
-        }
         for (int64_t m = 0; m < M; ++m) {
           std::vector<float> one(ldy, 0.0f);
           lin.forward_quantized(qx.q.data() + m * qx.ldq, qx.ldq, qx.xs.data() + m * qx.lds, qx.lds, 1, block,
@@ -414,16 +406,6 @@ TEST(Fp4Int8Linear, RejectsBadInput) {
   std::vector<float> x(64, 1.0f), y(16);
   EXPECT_THROW(lin.forward(x.data(), 1, 64, 48, y.data(), 16, nullptr), core::Error);
   EXPECT_THROW(lin.forward(x.data(), 1, 64, 0, y.data(), 16, nullptr), core::Error);
-  // Row pieces are whole panels (or end at the last row) and inside the weight.
-  const std::vector<int8_t> q(64, 1);
-  const std::vector<float> xs(2, 1.0f);
-  EXPECT_THROW(lin.forward_quantized_rows(q.data(), 64, xs.data(), 2, 1, 32, y.data(), 16, 0, 8), core::Error);
-  EXPECT_THROW(lin.forward_quantized_rows(q.data(), 64, xs.data(), 2, 1, 32, y.data(), 16, 16, 32), core::Error);
-  EXPECT_THROW(lin.forward_quantized_rows(q.data(), 64, xs.data(), 2, 1, 32, y.data(), 16, 8, 16), core::Error);
-  lin.forward_quantized_rows(q.data(), 64, xs.data(), 2, 1, 32, y.data(), 16, 0, 16);
-  std::vector<float> whole(16);
-  lin.forward_quantized(q.data(), 64, xs.data(), 2, 1, 32, whole.data(), 16, nullptr);
-  EXPECT_EQ(y, whole);
 }
 
 }  // namespace

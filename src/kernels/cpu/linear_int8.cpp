@@ -161,20 +161,6 @@ void Fp4Int8Linear::forward_quantized(const int8_t* q, int64_t ldq, const float*
   pool->parallel_for(w.panels, 1, run);
 }
 
-void Fp4Int8Linear::forward_quantized_rows(const int8_t* q, int64_t ldq, const float* xs, int64_t lds, int64_t M,
-                                           int64_t block, float* y, int64_t ldy, int64_t row_begin,
-                                           int64_t row_end) const {
-  DSINFER_CHECK(packed_ != nullptr, "int8 linear: forward on an empty weight");
-  check_block(block);
-  const Packed& w = *packed_;
-  DSINFER_CHECK(row_begin >= 0 && row_begin <= row_end && row_end <= w.rows && row_begin % kInt8PanelRows == 0 &&
-                    (row_end % kInt8PanelRows == 0 || row_end == w.rows),
-                "int8 linear: rows [", row_begin, ", ", row_end, ") of ", w.rows, " are not whole panels");
-  if (M <= 0 || row_begin == row_end) return;
-  detail::int8_packed_forward(w, q, ldq, xs, lds, M, block, y, ldy, row_begin / kInt8PanelRows,
-                              (row_end + kInt8PanelRows - 1) / kInt8PanelRows);
-}
-
 void Fp4Int8Linear::forward(const float* x, int64_t M, int64_t ldx, int64_t block, float* y, int64_t ldy,
                             core::ThreadPool* pool) const {
   DSINFER_CHECK(packed_ != nullptr, "int8 linear: forward on an empty weight");

@@ -55,12 +55,6 @@ class Fp4Int8Linear {
   void forward_quantized(const int8_t* q, int64_t ldq, const float* xs, int64_t lds, int64_t M, int64_t block,
                          float* y, int64_t ldy, core::ThreadPool* pool) const;
 
-  // Output rows [row_begin, row_end) only (y still indexed by absolute n), on the calling thread, bitwise
-  // as forward_quantized: for callers that split several products over the threads themselves. Both
-  // bounds are multiples of 16 (the panel rows), or row_end == rows().
-  void forward_quantized_rows(const int8_t* q, int64_t ldq, const float* xs, int64_t lds, int64_t M, int64_t block,
-                              float* y, int64_t ldy, int64_t row_begin, int64_t row_end) const;
-
   // Quantizes x (quantize_int8_blocks) and runs forward_quantized.
   void forward(const float* x, int64_t M, int64_t ldx, int64_t block, float* y, int64_t ldy,
                core::ThreadPool* pool) const;

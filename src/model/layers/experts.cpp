@@ -40,119 +40,6 @@ void round_with(const std::function<void(float*, int64_t)>& f, float* x, int64_t
   if (f) f(x, n);
 }
 
-// The grouped rows of experts_forward, gathered (and quantized where int8) for the pieced path.
-struct PiecedInputs {
-  const float* xg;
-  const float* pair_weight;
-  const int8_t* q_in;
-  const float* s_in;
-  int64_t bd, bi;  // scales per row of q_in and of q_h
-  const int32_t* start;
-  const int32_t* pairs;
-};
-
-// The decode path of experts_forward (see its comment): no roundings, at most kExpertPieceMaxRows rows.
-void pieced_forward(const ExpertStage& st, std::span<const ExpertProducts> experts, const ExpertProducts& shared,
-                    const float* x, int64_t N, const PiecedInputs& in, float* y, ExpertScratch& sc,
-                    core::ThreadPool* pool) {
-  const int64_t d = st.dim, I = st.inter, Is = st.shared_inter, K = st.topk, P = N * K;
-  const int64_t E = static_cast<int64_t>(experts.size());
-  const int64_t block = st.act_block;
-  const int32_t* start = in.start;
-  // A piece starts at a multiple of 16 rows (panels; the widest SIMD vector of floats) and of the
-  // activation block, so the SwiGLU and the quantization of h see the elements a whole row would.
-  const int64_t align = block > 0 ? std::lcm<int64_t>(16, block) : 16;
-  const int64_t want = st.piece_rows > 0 ? st.piece_rows : 128;
-  const int64_t up_rows = (want + align - 1) / align * align;
-  // The down pieces split the output columns: enough of them to keep every thread busy to the end.
-  const int64_t threads = pool->size();
-  const int64_t down_rows = std::clamp<int64_t>((d / (4 * threads)) / 16 * 16, 16, std::max<int64_t>(up_rows, 16));
-
-  float* g = sized(sc.g, (P + N) * std::max(I, Is));
-  float* u = sized(sc.u, (P + N) * std::max(I, Is));
-  float* h = sized(sc.h, (P + N) * std::max(I, Is));
-  float* sg = g + P * I;  // shared expert rows after the routed ones
-  float* su = u + P * I;
-  float* sh = h + P * I;
-  int8_t* q_h = in.q_in != nullptr ? sized(sc.q_h, P * I) : nullptr;
-  float* s_h = in.q_in != nullptr ? sized(sc.s_h, P * in.bi) : nullptr;
-
-  // ---- w1 / w3 pieces with their SwiGLU; the shared expert's first (the largest pieces) ----
-  std::vector<ExpertPiece>& pieces = sc.pieces;
-  pieces.clear();
-  for (int64_t r = 0; r < Is; r += up_rows)
-    pieces.push_back({static_cast<int32_t>(E), static_cast<int32_t>(r), static_cast<int32_t>(std::min(Is, r + up_rows))});
-  for (int64_t e = 0; e < E; ++e) {
-    if (start[e + 1] == start[e]) continue;
-    for (int64_t r = 0; r < I; r += up_rows)
-      pieces.push_back({static_cast<int32_t>(e), static_cast<int32_t>(r), static_cast<int32_t>(std::min(I, r + up_rows))});
-  }
-  pool->run(static_cast<int64_t>(pieces.size()), [&](int64_t t, int) {
-    const ExpertPiece pc = pieces[t];
-    const int64_t r0 = pc.begin, r1 = pc.end;
-    if (pc.expert == E) {
-      shared.w1->forward_rows(x, N, d, sg, Is, r0, r1);
-      shared.w3->forward_rows(x, N, d, su, Is, r0, r1);
-      for (int64_t row = 0; row < N; ++row) {
-        const int64_t at = row * Is + r0;
-        kernels::swiglu(sg + at, su + at, r1 - r0, st.swiglu_limit, 1.0f, sh + at);
-      }
-      return;
-    }
-    const ExpertProducts& w = experts[pc.expert];
-    const int64_t s0 = start[pc.expert], n = start[pc.expert + 1] - s0;
-    if (w.int8()) {
-      const int8_t* q = in.q_in + s0 * d;
-      const float* xs = in.s_in + s0 * in.bd;
-      w.w1_int8->forward_quantized_rows(q, d, xs, in.bd, n, block, g + s0 * I, I, r0, r1);
-      w.w3_int8->forward_quantized_rows(q, d, xs, in.bd, n, block, u + s0 * I, I, r0, r1);
-    } else {
-      w.w1->forward_rows(in.xg + s0 * d, n, d, g + s0 * I, I, r0, r1);
-      w.w3->forward_rows(in.xg + s0 * d, n, d, u + s0 * I, I, r0, r1);
-    }
-    for (int64_t j = s0; j < s0 + n; ++j) {
-      const int64_t at = j * I + r0;
-      kernels::swiglu(g + at, u + at, r1 - r0, st.swiglu_limit, in.pair_weight[j], h + at);
-      if (w.int8()) {
-        kernels::quantize_int8_blocks(h + at, 1, I, r1 - r0, block, q_h + at, I, s_h + j * in.bi + r0 / block, in.bi);
-      }
-    }
-  });
-
-  // ---- pieces of the output columns: every w2 on them, then the sum in the fixed order ----
-  float* og = sized(sc.out, (P + N) * d);
-  float* so = og + P * d;
-  pieces.clear();
-  for (int64_t c = 0; c < d; c += down_rows)
-    pieces.push_back({0, static_cast<int32_t>(c), static_cast<int32_t>(std::min(d, c + down_rows))});
-  pool->run(static_cast<int64_t>(pieces.size()), [&](int64_t t, int) {
-    const int64_t c0 = pieces[t].begin, c1 = pieces[t].end;
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t s0 = start[e], n = start[e + 1] - s0;
-      if (n == 0) continue;
-      const ExpertProducts& w = experts[e];
-      if (w.int8()) {
-        w.w2_int8->forward_quantized_rows(q_h + s0 * I, I, s_h + s0 * in.bi, in.bi, n, block, og + s0 * d, d, c0, c1);
-      } else {
-        w.w2->forward_rows(h + s0 * I, n, I, og + s0 * d, d, c0, c1);
-      }
-    }
-    shared.w2->forward_rows(sh, N, Is, so, d, c0, c1);
-    // Grouped order is ascending expert id, equal ids in slot order: each row's routed order.
-    for (int64_t row = 0; row < N; ++row) std::fill(y + row * d + c0, y + row * d + c1, 0.0f);
-    for (int64_t j = 0; j < P; ++j) {
-      float* yr = y + (in.pairs[j] / K) * d;
-      const float* src = og + j * d;
-      for (int64_t c = c0; c < c1; ++c) yr[c] += src[c];
-    }
-    for (int64_t row = 0; row < N; ++row) {
-      float* yr = y + row * d;
-      const float* sr = so + row * d;
-      for (int64_t c = c0; c < c1; ++c) yr[c] += sr[c];
-    }
-  });
-}
-
 }  // namespace
 
 void experts_forward(const ExpertStage& st, std::span<const ExpertProducts> experts, const ExpertProducts& shared,
@@ -174,8 +61,7 @@ void experts_forward(const ExpertStage& st, std::span<const ExpertProducts> expe
   }
   for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
   {
-    int32_t* fill = sized(sc.grouped_of, std::max<int64_t>(E, N * K));  // free until the combine
-    std::copy(start, start + E, fill);
+    std::vector<int32_t> fill(start, start + E);
     for (int64_t i = 0; i < N * K; ++i) pairs[fill[chosen[i]]++] = static_cast<int32_t>(i);
   }
   // ---- gather each expert's rows (pairs are grouped by expert) ----
@@ -215,11 +101,6 @@ void experts_forward(const ExpertStage& st, std::span<const ExpertProducts> expe
     pool->parallel_for(P, 16, [&](int64_t b, int64_t e) {
       kernels::quantize_int8_blocks(xg + b * d, e - b, d, d, block, q_in + b * d, d, s_in + b * bd, bd);
     });
-  }
-  if (N <= kExpertPieceMaxRows && !rnd.bf16 && !rnd.act_quant) {
-    const PiecedInputs in{xg, pair_weight, q_in, s_in, bd, bi, start, pairs};
-    pieced_forward(st, experts, shared, x, N, in, y, sc, pool);
-    return;
   }
   std::vector<Int8Call> int8_calls;
   // The pair rows whose hidden activations the int8 w2 takes (the others take h as fp32).

@@ -54,19 +54,6 @@ struct ExpertStage {
   float swiglu_limit = 0;    // clamp of the SwiGLU (0: none)
   int64_t act_block = 0;     // the int8 products' activation block (experts with int8 products only)
   ExpertRounding rounding;
-  // Decode batches (at most kExpertPieceMaxRows rows, no rounding): the rows of output a task computes of
-  // each product (0: 128), rounded up to whole activation blocks and 16-row panels. See experts_forward.
-  int64_t piece_rows = 0;
-};
-
-// The largest batch that runs as pieces of products (see experts_forward).
-inline constexpr int64_t kExpertPieceMaxRows = 16;
-
-// A task of the pieced path: output rows [begin, end) of an expert's products (expert == the number of
-// routed experts: the shared one), or of every product of the down projection and the combine.
-struct ExpertPiece {
-  int32_t expert = 0;
-  int32_t begin = 0, end = 0;
 };
 
 // Buffers kept by the caller between calls, so a decode step allocates nothing; any contents.
@@ -75,20 +62,10 @@ struct ExpertScratch {
   std::vector<float> xq, xg, pair_weight, g, u, h, out;
   std::vector<int8_t> q_in, q_h;
   std::vector<float> s_in, s_h;
-  std::vector<ExpertPiece> pieces;
 };
 
 // x: [N][dim] rows; chosen, route: [N][topk] expert ids (each < experts.size()) and route weights;
 // shared: the shared expert (its w1 must be set). Writes y: [N][dim] (may not alias x).
-// A decode batch without roundings runs in two parallel regions of pieces instead of one per phase and
-// kind of product plus serial SwiGLU and combine: first, per expert (shared one first, the largest), row
-// pieces of w1 and w3 with their SwiGLU (and int8 quantization of h) on those columns; then pieces of
-// the output columns, each running every active expert's w2 and the shared w2 on its rows and summing
-// them. Both threads stream weights all the time (a product per thread left one idle at the join), and
-// the pieces give bitwise the whole products' results: row-local kernels, SwiGLU pieces that start at
-// multiples of 16 floats (the SIMD path covers the same elements), quantization pieces of whole blocks,
-// and each output summed in the same order.
-
 void experts_forward(const ExpertStage& stage, std::span<const ExpertProducts> experts, const ExpertProducts& shared,
                      const float* x, int64_t N, const int32_t* chosen, const float* route, float* y,
                      ExpertScratch& scratch, core::ThreadPool* pool);

@@ -281,45 +281,5 @@ TEST(LayersExperts, ARowDoesNotDependOnTheBatchOrTheThreads) {
   }
 }
 
-// A decode batch (at most kExpertPieceMaxRows rows) runs its products in pieces with the SwiGLU and the
-// combine inside the parallel regions; a larger batch runs whole products. A row gives bitwise the same
-// result both ways, for exact and int8 products, pieces of one block, of several and with a shorter last
-// piece (the shared expert's 96 rows in pieces of 64), on 1, 2 or 5 threads.
-TEST(LayersExperts, PiecesOfProductsGiveBitwiseTheWholeProductsResult) {
-  static_assert(kRows <= kExpertPieceMaxRows);
-  for (bool int8 : {false, true}) {
-    const Model m = make_model(int8, 14);
-    ExpertScratch scratch;
-    std::vector<int64_t> large;  // 2·kRows + 2 rows: whole products
-    for (int64_t r = 0; r < kRows; ++r) large.push_back(r);
-    for (int64_t r = kRows - 1; r >= 0; --r) large.push_back(r);
-    large.push_back(5);
-    large.push_back(0);
-    ASSERT_GT(static_cast<int64_t>(large.size()), kExpertPieceMaxRows);
-    core::ThreadPool two(2);
-    const std::vector<float> whole = run(stage_of(32), m, int8, large, two, scratch);
-    for (int64_t piece_rows : {int64_t{0}, int64_t{32}, int64_t{64}}) {
-      ExpertStage st = stage_of(32);
-      st.piece_rows = piece_rows;
-      for (int threads : {1, 2, 5}) {
-        core::ThreadPool pool(threads);
-        std::vector<int64_t> batch(kRows);
-        for (int64_t r = 0; r < kRows; ++r) batch[r] = (r * 7) % kRows;
-        const std::vector<float> y = run(st, m, int8, batch, pool, scratch);
-        for (int64_t r = 0; r < kRows; ++r) {
-          const int64_t row = batch[r];
-          const std::vector<float> pieced(y.begin() + r * kDim, y.begin() + (r + 1) * kDim);
-          const std::vector<float> want(whole.begin() + row * kDim, whole.begin() + (row + 1) * kDim);
-          EXPECT_EQ(pieced, want) << "row " << row << " pieces " << piece_rows << " threads " << threads << " int8 "
-                                  << int8;
-          const std::vector<float> second(whole.begin() + (2 * kRows - 1 - row) * kDim,
-                                          whole.begin() + (2 * kRows - row) * kDim);
-          EXPECT_EQ(second, want) << "row " << row << " in the large batch twice";
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 }  // namespace dsinfer::model::layers

@@ -90,6 +90,39 @@ TEST(SinkAttention, HeadResultDoesNotDependOnTheOtherHeads) {
   }
 }
 
+// The weighted sum of the rows is, per output element, one chain of multiply-adds from zero with the
+// rows in the given order (the order the model's batch and chunk invariance rests on), whatever the
+// blocking of heads, rows and dims. With q = 0 every probability is exactly 1 and a sink of -inf adds
+// nothing to the denominator, so o = (k_0 + k_1 + ... in fp32, left to right) / n bitwise; dims with a
+// scalar tail and head counts with a single head left over included.
+TEST(SinkAttention, WeightedSumIsOneChainInRowOrderBitwise) {
+  struct Shape { int64_t heads, dim, n; };
+  for (const Shape s : {Shape{3, 512, 37}, Shape{7, 512, 20}, Shape{5, 20, 9}, Shape{2, 72, 130}, Shape{1, 8, 1}}) {
+    const std::vector<float> q(s.heads * s.dim, 0.0f);
+    const auto kv = random_vec(s.n * s.dim, 40 + s.n);
+    const std::vector<float> sink(s.heads, -INFINITY);
+    std::vector<const float*> rows;
+    for (int64_t j = 0; j < s.n; ++j) rows.push_back(kv.data() + ((j * 5) % s.n) * s.dim);
+    std::vector<float> want(s.dim);
+    for (int64_t i = 0; i < s.dim; ++i) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < s.n; ++j) acc += rows[j][i];
+      want[i] = acc / static_cast<float>(s.n);
+    }
+    for (const auto& target : available_targets()) {
+      ScopedTarget scope(target);
+      std::vector<float> out(s.heads * s.dim, 123.0f), scratch(s.heads * (s.n + 1));
+      SinkAttention a;
+      a.q = q.data(); a.heads = s.heads; a.dim = s.dim; a.rows = rows.data(); a.n = s.n; a.sink = sink.data();
+      a.scale = 0.5f; a.out = out.data(); a.scratch = scratch.data();
+      sink_attention(a);
+      for (int64_t h = 0; h < s.heads; ++h)
+        for (int64_t i = 0; i < s.dim; ++i)
+          ASSERT_EQ(out[h * s.dim + i], want[i]) << target.name << " dim " << s.dim << " head " << h << " i " << i;
+    }
+  }
+}
+
 TEST(SinkAttention, SinkOnlyInflatesDenominator) {
   // One row: o = k · e^0 / (e^0 + e^(sink - l)) with l the only logit; a very negative sink gives o = k.
   const int64_t D = 16;

@@ -36,6 +36,9 @@ struct DecodeJob {
   float* dst;
 };
 
+// The largest step that runs the attention core and wo_a in one region per group of heads.
+constexpr int64_t kFusedGroupMaxRows = 16;
+
 }  // namespace
 
 void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepContext& ctx, const float* a, float* out) {
@@ -193,13 +196,8 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   // ---- sink-softmax core: tasks = (row, block of heads) ----
   float* o = ws.f(kWsO, N * H * hd);
   const int threads = ctx.pool->size();
-  const int64_t head_blocks = std::clamp<int64_t>((2 * threads + N - 1) / N, 1, H);
-  const int64_t hb = (H + head_blocks - 1) / head_blocks;
-  const int64_t n_hb = (H + hb - 1) / hb;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  ctx.pool->run(N * n_hb, [&](int64_t task, int thread) {
-    const int64_t row = task / n_hb;
-    const int64_t h0 = (task % n_hb) * hb, h1 = std::min(H, h0 + hb);
+  auto attend = [&](int64_t row, int64_t h0, int64_t h1, int thread) {
     const RowInfo& ri = ctx.rows[row];
     const SeqPlan& pl = plans[ri.seq];
     const SeqSlice& sq = ctx.seqs[ri.seq];
@@ -234,19 +232,39 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
       kernels::rope_rotate(oh + hd - rd, ctx.cos(ls.rope, row), ctx.sin(ls.rope, row), pairs, true);
       num.bf16(oh, hd);
     }
-  });
+  };
 
   // ---- grouped low-rank output: r_g = wo_a[g] · o_g, out = wo_b · r ----
-  ctx.clock.enter(Stage::kAttnProducts);
   const int64_t G = s.groups, ig = H * hd / G, orank = s.o_lora;
   float* rr = ws.f(kWsR, N * G * orank);
-  const int64_t row_tiles = std::max<int64_t>(1, std::min<int64_t>(orank / 16, (2 * threads + G - 1) / G));
-  const int64_t tile = (orank + row_tiles - 1) / row_tiles;
-  ctx.pool->run(G * row_tiles, [&](int64_t t, int) {
-    const int64_t g = t / row_tiles;
-    const int64_t r0 = g * orank + (t % row_tiles) * tile, r1 = std::min(g * orank + orank, r0 + tile);
-    if (r0 < r1) w.wo_a.forward_rows(o + g * ig, N, H * hd, rr, G * orank, r0, r1);
-  });
+  if (N <= kFusedGroupMaxRows && H % G == 0 && G % threads == 0) {
+    // Decode: a task per group attends its heads, then runs that group's wo_a, in one region: no join
+    // between the core and wo_a, and one thread's compute overlaps the other's weight stream (equal
+    // tasks, as many per thread). Each row and head is the same computation as below, bitwise (the
+    // chunk-invariance tests compare this path, TINY's 2 groups on 2 threads, with one pass).
+    ctx.pool->run(G, [&](int64_t g, int thread) {
+      const int64_t hg = H / G;
+      for (int64_t row = 0; row < N; ++row) attend(row, g * hg, (g + 1) * hg, thread);
+      w.wo_a.forward_rows(o + g * ig, N, H * hd, rr, G * orank, g * orank, (g + 1) * orank);
+    });
+    ctx.clock.enter(Stage::kAttnProducts);
+  } else {
+    const int64_t head_blocks = std::clamp<int64_t>((2 * threads + N - 1) / N, 1, H);
+    const int64_t hb = (H + head_blocks - 1) / head_blocks;
+    const int64_t n_hb = (H + hb - 1) / hb;
+    ctx.pool->run(N * n_hb, [&](int64_t task, int thread) {
+      const int64_t h0 = (task % n_hb) * hb;
+      attend(task / n_hb, h0, std::min(H, h0 + hb), thread);
+    });
+    ctx.clock.enter(Stage::kAttnProducts);
+    const int64_t row_tiles = std::max<int64_t>(1, std::min<int64_t>(orank / 16, (2 * threads + G - 1) / G));
+    const int64_t tile = (orank + row_tiles - 1) / row_tiles;
+    ctx.pool->run(G * row_tiles, [&](int64_t t, int) {
+      const int64_t g = t / row_tiles;
+      const int64_t r0 = g * orank + (t % row_tiles) * tile, r1 = std::min(g * orank + orank, r0 + tile);
+      if (r0 < r1) w.wo_a.forward_rows(o + g * ig, N, H * hd, rr, G * orank, r0, r1);
+    });
+  }
   num.bf16(rr, N * G * orank);
   const float* r_in = product_input(num, rr, N * G * orank, ws, kWsQuant);
   w.wo_b.forward(r_in, N, G * orank, out, d, ctx.pool);

@@ -47,7 +47,7 @@ bool grow(ByteSet& into, const ByteSet& add) {
 // FIRST and FOLLOW by worklists (a set grows at most 256 times, so the work is linear in the grammar
 // times 256 whatever the order of the productions: a bounded repeat's chain of thousands of rules
 // would take a round-robin fixpoint thousands of passes).
-MaskCache::MaskCache(const Grammar& g) {
+MaskCache::MaskCache(const Grammar& g, bool share_chains) {
   const size_t n = g.by_lhs.size();
   std::vector<ByteSet> first(n), follow(n);
   // FIRST: a production is revisited when the FIRST of a nonterminal in its nullable prefix grew.
@@ -118,6 +118,115 @@ MaskCache::MaskCache(const Grammar& g) {
       occurrences_[x].push_back({site.prod, site.dot, f});
     }
   }
+  chain_steps_.resize(g.productions.size());
+  chain_index_.assign(n, 0);
+  chain_bottom_.assign(n, -1);
+  if (share_chains) find_chains(g);
+}
+
+// Finds the chains by their shape in the lowered grammar, whoever wrote them (the lowering of a bounded
+// repeat, or a user's rules of the same shape): N_1 has exactly the productions e and x, each N_a (a >= 2)
+// exactly e and x N_(a-1), with one symbol x for the whole chain. A member's index is its distance to
+// the bottom N_1 along those links, so two members of one index (two rules linking to one N_(a-1)) are
+// alike too. A chain's positions are shareable when x cannot vanish and no member of the chain can be
+// reached from x (then a walk from N_i -> x . N_(i-1) meets the chain only through the members below
+// N_i, one per x scanned; README "Walk sharing in bounded repeats").
+void MaskCache::find_chains(const Grammar& g) {
+  const size_t n = g.by_lhs.size();
+  constexpr int32_t kNoLink = -2, kBottom = -1;
+  std::vector<int32_t> link(n, kNoLink);
+  std::vector<Symbol> x_of(n, 0);
+  std::vector<int32_t> step_prod(n, -1);  // per member: its production x N_(a-1) (or x at the bottom)
+  for (size_t a = 0; a < n; ++a) {
+    const auto& prods = g.by_lhs[a];
+    if (prods.size() != 2) continue;
+    const auto& r0 = g.productions[prods[0]].rhs;
+    const auto& r1 = g.productions[prods[1]].rhs;
+    if (!r0.empty() && !r1.empty()) continue;
+    const int32_t p = r0.empty() ? prods[1] : prods[0];
+    const auto& rhs = g.productions[p].rhs;
+    if (rhs.empty() || rhs.size() > 2 || rhs[0] == static_cast<Symbol>(a)) continue;
+    if (rhs.size() == 2 && (is_terminal(rhs[1]) || rhs[1] == static_cast<Symbol>(a))) continue;
+    link[a] = rhs.size() == 1 ? kBottom : rhs[1];
+    x_of[a] = rhs[0];
+    step_prod[a] = p;
+  }
+  // Indexes along the links, iteratively (chains are thousands long); a cycle of links, a link to a
+  // rule of another shape or of another x ends in no chain.
+  std::vector<char> done(n, 0);
+  std::vector<int32_t> path;
+  for (size_t a0 = 0; a0 < n; ++a0) {
+    if (done[a0] || link[a0] == kNoLink) continue;
+    path.clear();
+    int32_t b = static_cast<int32_t>(a0);
+    int32_t index = 0, bottom = -1;
+    while (true) {
+      if (done[b]) {
+        index = chain_index_[b];
+        bottom = chain_bottom_[b];
+        break;
+      }
+      if (link[b] == kNoLink) break;
+      done[b] = 1;  // on the path: met again, a cycle (index stays 0)
+      path.push_back(b);
+      if (link[b] == kBottom) {
+        bottom = b;
+        break;
+      }
+      b = link[b];
+    }
+    // From the deepest member of the path up.
+    for (size_t k = path.size(); k-- > 0;) {
+      const int32_t a = path[k];
+      if (a == bottom) {
+        index = 1;
+      } else if (index > 0 && bottom >= 0 && x_of[a] == x_of[bottom]) {
+        ++index;
+      } else {
+        index = 0, bottom = -1;
+      }
+      chain_index_[a] = index;
+      chain_bottom_[a] = index > 0 ? bottom : -1;
+    }
+  }
+  // Which chains are shareable, and each position's FOLLOW. Reach is computed once per x.
+  std::unordered_map<Symbol, std::vector<char>> reach_of;
+  std::unordered_map<int32_t, char> shareable;  // per bottom
+  for (size_t a = 0; a < n; ++a) {
+    const int32_t bottom = chain_bottom_[a];
+    if (chain_index_[a] < 2 || bottom < 0) continue;
+    auto ok = shareable.find(bottom);
+    if (ok == shareable.end()) {
+      const Symbol x = x_of[bottom];
+      bool fine = true;
+      if (!is_terminal(x)) {
+        fine = !g.nullable[x];
+        auto r = reach_of.find(x);
+        if (r == reach_of.end()) {
+          std::vector<char> seen(n, 0);
+          std::vector<int32_t> todo{x};
+          seen[x] = 1;
+          while (!todo.empty()) {
+            const int32_t y = todo.back();
+            todo.pop_back();
+            for (int32_t p : g.by_lhs[y]) {
+              for (Symbol s : g.productions[p].rhs) {
+                if (!is_terminal(s) && !seen[s]) seen[s] = 1, todo.push_back(s);
+              }
+            }
+          }
+          r = reach_of.emplace(x, std::move(seen)).first;
+        }
+        for (size_t y = 0; fine && y < n; ++y) fine = !(r->second[y] && chain_bottom_[y] == bottom);
+      }
+      ok = shareable.emplace(bottom, fine ? 1 : 0).first;
+    }
+    if (!ok->second) continue;
+    ChainStep& step = chain_steps_[step_prod[a]];
+    step.bottom = bottom;
+    step.index = chain_index_[a];
+    for (const Occurrence& occ : occurrences_[a]) step.follow.merge(occ.follow);
+  }
 }
 
 void MaskCache::Entry::apply(std::span<uint32_t> mask) const {
@@ -164,6 +273,11 @@ class KernelWalk {
       }
       context_follow_.resize(g_.by_lhs.size());
       context_follow_done_.assign(g_.by_lhs.size(), 0);
+      const MaskCache::ChainStep& chain = cache_.chain_steps_[prod];
+      if (dot == 1 && chain.bottom >= 0) {  // a chain position: note how deep into the chain it predicts
+        chain_bottom_ = chain.bottom;
+        lowest_ = chain.index - 1;  // set 1 predicted N_(i-1)
+      }
     }
     all_.words.fill(~uint64_t{0});
   }
@@ -215,6 +329,9 @@ class KernelWalk {
     }
     return out;
   }
+
+  // For a chain position's walk (after run()): the lowest chain member it predicted.
+  int32_t lowest_member() const { return lowest_; }
 
  private:
   static constexpr int32_t kRejected = -1, kUncertain = -2, kUnknown = -3;
@@ -316,6 +433,9 @@ class KernelWalk {
           }
         }
       } else if (!is_terminal(sym)) {
+        if (cache_.chain_bottom_[sym] == chain_bottom_ && chain_bottom_ >= 0) {
+          lowest_ = std::min(lowest_, cache_.chain_index_[sym]);
+        }
         for (int32_t p : g_.by_lhs[sym]) add({static_cast<uint32_t>(p), 0, kHere, 0});
         if (g_.nullable[sym]) add({it.prod, it.dot + 1, it.tag, it.origin});
       }
@@ -407,6 +527,8 @@ class KernelWalk {
   std::vector<char> predicted_;  // per nonterminal: predicted in set 0
   std::vector<ByteSet> context_follow_;
   std::vector<char> context_follow_done_;
+  int32_t chain_bottom_ = -1;  // a chain position's walk: its chain, and the lowest member predicted
+  int32_t lowest_ = 0;
   std::unordered_multimap<uint64_t, uint32_t> by_hash_;  // states by the hash of their items
   std::vector<std::vector<Item>> states_items_;           // per state: its waiting items
   // Per state: those of its items that wait for a nonterminal (what a completion into it reads; most
@@ -428,6 +550,22 @@ std::shared_ptr<const MaskCache::Entry> MaskCache::entry(const std::shared_ptr<c
   std::unique_lock<std::mutex> lock(mu_);
   PerVocabulary& v = by_vocab_[vocab.get()];
   if (!v.vocab) v.vocab = vocab;
+  // A chain position (N_i -> x . N_(i-1)): its chain and the walks of the chain it may share.
+  const ChainStep* chain = nullptr;
+  if (key != kStartKey && (key >> 32) < chain_steps_.size() && static_cast<uint32_t>(key) == 1 &&
+      chain_steps_[key >> 32].bottom >= 0) {
+    chain = &chain_steps_[key >> 32];
+  }
+  // Stores an entry under the lock, within the memory bound.
+  auto store = [&](const std::shared_ptr<const Entry>& e, size_t bytes) {
+    if (v.bytes + bytes > kMaxBytesPerVocabulary) {
+      v.entries.clear();
+      v.shared.clear();
+      v.bytes = 0;
+    }
+    v.entries.emplace(key, e);
+    v.bytes += bytes;
+  };
   bool waited = false;
   while (true) {
     auto e = v.entries.find(key);
@@ -435,39 +573,67 @@ std::shared_ptr<const MaskCache::Entry> MaskCache::entry(const std::shared_ptr<c
       ++(waited ? stats_.waits : stats_.hits);
       return e->second;
     }
-    if (!v.walking.contains(key)) break;
-    // Another thread walks it: its result comes soon (or, should its walk fail or the entries be
+    if (chain != nullptr) {
+      auto s = v.shared.find(chain->bottom);
+      if (s != v.shared.end()) {
+        for (const SharedWalk& w : s->second) {
+          if (chain->index >= w.lo && w.follow == chain->follow) {
+            std::shared_ptr<const Entry> same = w.entry;  // `store` may drop `w`
+            ++stats_.shared;
+            store(same, kSharedEntryBytes);
+            return same;
+          }
+        }
+      }
+    }
+    // Another thread walks it, or another position of its chain (whose walk may stand for this one):
+    // its result comes soon (or, should its walk fail, not cover this position, or the entries be
     // dropped for the memory bound meanwhile, this thread walks it itself).
+    if (!v.walking.contains(key) && (chain == nullptr || !v.walking_chains.contains(chain->bottom))) break;
     walked_.wait(lock);
     waited = true;
   }
   v.walking.insert(key);
+  if (chain != nullptr) v.walking_chains.insert(chain->bottom);
   // Ends the walk under the lock (taken again after the walk, also when it throws), whatever happens.
   struct Done {
     MaskCache& cache;
     PerVocabulary& v;
     uint64_t key;
+    const ChainStep* chain;
     ~Done() {
       v.walking.erase(key);
+      if (chain != nullptr) v.walking_chains.erase(chain->bottom);
       cache.walked_.notify_all();
     }
-  } done{*this, v, key};
+  } done{*this, v, key, chain};
   std::shared_ptr<const Entry> made;
+  int32_t lowest = 0;
   {
     lock.unlock();
     struct Relock {
       std::unique_lock<std::mutex>& lock;
       ~Relock() { lock.lock(); }
     } relock{lock};
-    made = std::make_shared<const Entry>(KernelWalk(*this, g, *vocab, key).run());
+    KernelWalk walk(*this, g, *vocab, key);
+    made = std::make_shared<const Entry>(walk.run());
+    lowest = walk.lowest_member();
   }
   ++stats_.walks;
-  if (v.bytes + made->bytes() > kMaxBytesPerVocabulary) {
-    v.entries.clear();
-    v.bytes = 0;
+  store(made, made->bytes());
+  // A walk that predicted no member below N_2 (the bottom's other shape) stands for the positions from
+  // i - lowest + 2 up with the same FOLLOW (README "Walk sharing in bounded repeats"); per FOLLOW the
+  // widest one is kept.
+  if (chain != nullptr && lowest >= 2) {
+    const int32_t lo = chain->index - lowest + 2;
+    auto& walks = v.shared[chain->bottom];
+    auto same = std::find_if(walks.begin(), walks.end(), [&](const SharedWalk& w) { return w.follow == chain->follow; });
+    if (same == walks.end()) {
+      walks.push_back({lo, chain->follow, made});
+    } else if (lo < same->lo) {
+      *same = {lo, chain->follow, made};
+    }
   }
-  v.entries.emplace(key, made);
-  v.bytes += made->bytes();
   return made;
 }
 

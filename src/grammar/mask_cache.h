@@ -29,9 +29,10 @@ namespace dsinfer::grammar {
 
 class MaskCache {
  public:
-  // The grammar analysis the walks need (FIRST/FOLLOW byte sets per nonterminal): linear in the
-  // grammar, done at compile time (GrammarBuilder::build).
-  explicit MaskCache(const Grammar& g);
+  // The grammar analysis the walks need (FIRST/FOLLOW byte sets per nonterminal, the bounded-repeat
+  // chains whose positions share walks): linear in the grammar, done at compile time
+  // (GrammarBuilder::build). `share_chains` false: every item is walked on its own (tests compare).
+  explicit MaskCache(const Grammar& g, bool share_chains = true);
 
   // One kernel item's tokens.
   struct Entry {
@@ -57,6 +58,7 @@ class MaskCache {
   struct Stats {
     size_t entries = 0, bytes = 0, walks = 0, hits = 0;
     size_t waits = 0;  // lookups that waited for another thread's walk of the same entry
+    size_t shared = 0;  // entries that are another chain position's walk (counted in `entries`, not `walks`)
   };
   Stats stats() const;
 
@@ -70,10 +72,33 @@ class MaskCache {
 
   std::vector<std::vector<Occurrence>> occurrences_;  // per nonterminal: where productions use it
 
+  // Bounded-repeat chains (`x{0,k}` lowers to N_1 -> e | x, N_a -> e | x N_(a-1)): the positions
+  // (N_a -> x . N_(a-1)) of one chain share a walk while the walk stays clear of the chain's bottom
+  // (src/grammar/README.md "Walk sharing in bounded repeats" has the argument).
+  void find_chains(const Grammar& g);
+  struct ChainStep {
+    int32_t bottom = -1;  // the chain's N_1 (names the chain); -1: not a shareable position
+    int32_t index = 0;    // a of N_a
+    ByteSet follow;       // what the context may scan after N_a completes (all its occurrences' FOLLOW)
+  };
+  std::vector<ChainStep> chain_steps_;  // per production: set for each N_a -> x N_(a-1) of a shareable chain
+  std::vector<int32_t> chain_index_;    // per nonterminal: a of N_a, 0 when in no chain
+  std::vector<int32_t> chain_bottom_;   // per nonterminal: its chain's N_1, -1 when in none
+  // A walk of position N_i that never predicted a chain member below N_lowest (>= N_2) stands for
+  // every position N_j, j >= i - lowest + 2, whose `follow` is the same.
+  struct SharedWalk {
+    int32_t lo;
+    ByteSet follow;
+    std::shared_ptr<const Entry> entry;
+  };
+  static constexpr size_t kSharedEntryBytes = 64;  // what a key pointing to another's entry costs (about)
+
   struct PerVocabulary {
     std::shared_ptr<const Vocabulary> vocab;  // held so that the pointer key is never reused
     std::unordered_map<uint64_t, std::shared_ptr<const Entry>> entries;
     std::unordered_set<uint64_t> walking;  // keys a thread is walking now
+    std::unordered_map<int32_t, std::vector<SharedWalk>> shared;  // per chain (its bottom)
+    std::unordered_set<int32_t> walking_chains;  // chains (bottoms) one of whose positions a thread walks now
     size_t bytes = 0;
   };
   mutable std::mutex mu_;

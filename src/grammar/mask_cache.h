@@ -58,7 +58,8 @@ class MaskCache {
   struct Stats {
     size_t entries = 0, bytes = 0, walks = 0, hits = 0;
     size_t waits = 0;  // lookups that waited for another thread's walk of the same entry
-    size_t shared = 0;  // entries that are another chain position's walk (counted in `entries`, not `walks`)
+    size_t shared = 0;   // entries that are another chain position's walk (counted in `entries`, not `walks`)
+    size_t derived = 0;  // of `walks`: chain positions walked only where another position's walk differs
   };
   Stats stats() const;
 
@@ -84,12 +85,27 @@ class MaskCache {
   std::vector<ChainStep> chain_steps_;  // per production: set for each N_a -> x N_(a-1) of a shareable chain
   std::vector<int32_t> chain_index_;    // per nonterminal: a of N_a, 0 when in no chain
   std::vector<int32_t> chain_bottom_;   // per nonterminal: its chain's N_1, -1 when in none
-  // A walk of position N_i that never predicted a chain member below N_lowest (>= N_2) stands for
-  // every position N_j, j >= i - lowest + 2, whose `follow` is the same.
+  // A trie node where a chain position's walk first predicted chain member `low` on its path.
+  struct ChainMark {
+    uint32_t node;
+    int32_t low;
+  };
+ public:
+  // Marks are kept from this many members below the walked position: a position at least this far
+  // (+3) from the chain's bottom is derived from another's walk (fewer tokens reach deeper).
+  static constexpr int32_t kMinMarkDepth = 8;
+
+ private:
+  // A full walk of position N_i: its entry, the lowest member it predicted, and its marks. It stands
+  // for position N_j of the same FOLLOW (shift d = j - i) where every member it predicted stays at or
+  // above N_2 shifted (lowest + min(d, 0) >= 2); else, from kMinMarkDepth + 3 up, N_j's entry is this
+  // one outside the subtrees of the topmost marks with low + min(d, 0) < 2, walked for N_j alone.
   struct SharedWalk {
-    int32_t lo;
+    int32_t index;
+    int32_t lowest;
     ByteSet follow;
     std::shared_ptr<const Entry> entry;
+    std::shared_ptr<const std::vector<ChainMark>> marks;
   };
   static constexpr size_t kSharedEntryBytes = 64;  // what a key pointing to another's entry costs (about)
 

@@ -200,13 +200,14 @@ TEST(MaskCache, ThreadsMeetingANewItemAtOnceWalkItOnce) {
 // Walk sharing in bounded repeats (README "Walk sharing in bounded repeats"): a chain position's entry
 // may be another position's walk. The checks below compare with walks that share nothing.
 
-// A small vocabulary whose longest token is 8 bytes (so chains longer than that share), with long
+// A small vocabulary whose tokens are up to 8 characters but for two of 16 and 20 (so chains longer
+// than 22 share walks, and positions from 11 up derive theirs: MaskCache::kMinMarkDepth), with long
 // tokens of string characters, multi-byte UTF-8 (also split across tokens), and tokens that cross a
 // string's or a repeat's end into what follows it (where a wrong rename or depth shows first).
 std::shared_ptr<const Vocabulary> chain_vocab() {
   static auto vocab = [] {
     std::vector<std::string> tokens = {  // [0]: end of text
-        "", "a", "ab", "abc", "abcd", "abcdefgh", "aaaaaaaa", "b", "ba", "x", "xx", "xxxx", "xxxxxxxx", "1", "12",
+        "", "a", "ab", "abc", "abcd", "abcdefgh", "aaaaaaaa", "aaaaaaaaaaaaaaaaaaaa", "xxxxxxxxxxxxxxxx", "b", "ba", "x", "xx", "xxxx", "xxxxxxxx", "1", "12",
         "123", "A", "AB", "-", "-1", "\\", "\\n", "\\\"", "\\u00e9", "\u00e9", "\u00e9\u00e9", "\u20ac",
         "\xe2\x82", "\xac", "\xf0\x9f\x98\x80", "a\u00e9", "\"", "a\"", "ab\"", "ab\",", "abc\"}", "\u00e9\"",
         "\"}", "\",", "\",\"", "a]", "ab]", "\u00e9]", "a>", "ab>", "]", ">", "a)", ")", "(a", "x-", "A-1", "Z-12"};
@@ -264,7 +265,9 @@ TEST(MaskCache, BoundedRepeatPositionsShareWalksAndMatchTheFullWalkAtEveryPositi
   struct Case {
     std::shared_ptr<const Grammar> g;
     std::vector<std::string> texts;
-    int shares;  // 1: a chain longer than the walk's reach, positions must reuse another's walk; 0: none can; -1: either
+    // 1: a chain longer than the walk's reach, positions must reuse another's walk; 2: and derive theirs
+    // from it; 0: none can; -1: either.
+    int shares;
   };
   const std::string e = "\u00e9", euro = "\u20ac", smile = "\xf0\x9f\x98\x80";
   auto schema = [](const char* text) { return std::make_shared<const Grammar>(json_schema_grammar(Json::parse(text))); };
@@ -277,11 +280,11 @@ TEST(MaskCache, BoundedRepeatPositionsShareWalksAndMatchTheFullWalkAtEveryPositi
   };
   const std::vector<Case> cases = {
       {schema(R"g({"type":"string","minLength":3,"maxLength":40})g"),
-       {"\"" + long_a + "\"", "\"" + long_a.substr(0, 3) + "\"", "\"" + mixed(40) + "\""}, 1},
+       {"\"" + long_a + "\"", "\"" + long_a.substr(0, 3) + "\"", "\"" + mixed(40) + "\""}, 2},
       {schema(R"g({"type":"object","properties":{"s":{"type":"string","maxLength":30},"t":{"type":"array",
           "items":{"type":"string","maxLength":24},"maxItems":3}},"required":["s","t"]})g"),
        {"{\"s\":\"" + long_a.substr(0, 30) + "\",\"t\":[\"" + long_a.substr(0, 24) + "\",\"ab\\n\\\"" + e + "\"]}",
-        "{\"s\":\"" + mixed(30) + "\",\"t\":[]}"}, 1},
+        "{\"s\":\"" + mixed(30) + "\",\"t\":[]}"}, 2},
       {schema(R"g({"type":"string","pattern":"^[A-Z]{0,25}-[0-9]{2,20}$"})g"),
        {"\"" + std::string(25, 'A') + "-" + std::string(20, '1') + "\"", "\"AB-12\""}, 1},
       {schema(R"g({"type":"object","properties":{"at":{"type":"string","format":"date-time"},
@@ -295,8 +298,11 @@ TEST(MaskCache, BoundedRepeatPositionsShareWalksAndMatchTheFullWalkAtEveryPositi
     EXPECT_EQ(testing::compare_mask_walks(c.g, chain_vocab(), seed++, 20, 60), "") << to_string(*c.g);
     const MaskCache::Stats s = c.g->mask_cache->stats();
     EXPECT_EQ(s.walks + s.shared, s.entries);
-    if (c.shares == 1) {
-      EXPECT_GT(s.shared, 10u) << to_string(*c.g);
+    if (c.shares >= 1) {
+      EXPECT_GT(s.shared, 5u) << to_string(*c.g);
+    }
+    if (c.shares == 2) {
+      EXPECT_GT(s.derived, 10u) << to_string(*c.g);
     } else if (c.shares == 0) {
       EXPECT_EQ(s.shared, 0u) << to_string(*c.g);
     }
@@ -305,15 +311,16 @@ TEST(MaskCache, BoundedRepeatPositionsShareWalksAndMatchTheFullWalkAtEveryPositi
 
 TEST(MaskCache, SharedChainEntriesEqualTheirOwnWalksOnTheV4Vocabulary) {
   // The bench schema's kind of string (bench/engine/structured_schema.json: maxLength 200) on the real
-  // vocabulary, shorter: at every position the entry the shared cache gives (mostly another
-  // position's walk) equals that position's own walk, bit for bit.
-  const Json schema = Json::parse(R"g({"type":"object","properties":{"title":{"type":"string","maxLength":96},
+  // vocabulary, shorter: at every position the entry the shared cache gives (another position's walk,
+  // or derived from it) equals that position's own walk, bit for bit. The longest V4 token of string
+  // characters has 128, so positions 139-131 share the first walk and 130-11 derive theirs.
+  const Json schema = Json::parse(R"g({"type":"object","properties":{"title":{"type":"string","maxLength":140},
       "tags":{"type":"array","items":{"type":"string","maxLength":40},"maxItems":2}},"required":["title","tags"]})g");
   auto g = std::make_shared<const Grammar>(json_schema_grammar(schema));
   auto own = without_sharing(*g);
   auto vocab = v4_vocab();
   EarleyMatcher m(g);
-  const std::string text = "{\"title\":\"" + std::string(96, 'a') + "\",\"tags\":[\"" + std::string(40, 'b') + "\"]}";
+  const std::string text = "{\"title\":\"" + std::string(140, 'a') + "\",\"tags\":[\"" + std::string(40, 'b') + "\"]}";
   size_t positions = 0;
   for (char ch : text) {
     ASSERT_TRUE(m.accept_byte(static_cast<uint8_t>(ch)));
@@ -329,38 +336,41 @@ TEST(MaskCache, SharedChainEntriesEqualTheirOwnWalksOnTheV4Vocabulary) {
       ++positions;
     }
   }
-  EXPECT_GT(positions, 136u);
+  EXPECT_GT(positions, 180u);
   const MaskCache::Stats s = g->mask_cache->stats();
-  EXPECT_GT(s.shared, 40u);  // the long title's positions down to the walk's reach
+  EXPECT_EQ(s.shared, 9u);     // the title's 139-131
+  EXPECT_GT(s.derived, 140u);  // the title's 130-11, the tag's 39-11
+  EXPECT_LT(s.walks - s.derived, 60u);
   EXPECT_EQ(own->mask_cache->stats().shared, 0u);
 }
 
 TEST(MaskCache, HandWrittenChainsShareOnlyWhereShapeAndFollowAgree) {
   // Rules of a bounded repeat's shape written by hand (GBNF), where sharing would go wrong if it were
   // keyed on the shape alone: n14 is also the whole of a "[...]" branch, so a position of n14 and below
-  // may be followed by ']' and one of n20..n15 may not (the token "a]" tells them apart), though n20's
-  // walk reaches only 9 members down (tokens of up to 8 characters) and so could stand for n14 by
-  // shape; m's x reaches back into m (no chain it can share in); k's links change x half way (two
-  // chains, not one).
-  std::string rules = "root ::= \"<\" n20 \">\" | \"[\" n14 \"]\" | \"{\" m9 \"}\" | \"!\" k9 \"!\"\n"
+  // may be followed by ']' and one of n30..n15 may not (the token "a]" tells them apart), though n30's
+  // walk could stand for n14 by shape (derived: its 20-character token reaches below n14 - 20);
+  // m's x reaches back into m (no chain it can share in); k's links change x half way (two chains,
+  // not one).
+  std::string rules = "root ::= \"<\" n30 \">\" | \"[\" n14 \"]\" | \"{\" m9 \"}\" | \"!\" k9 \"!\"\n"
                       "c ::= [a-z] | \"\u00e9\"\nd ::= [a-z] | \"(\" m3 \")\"\n";
   auto chain = [&](const std::string& n, int len, auto x_of) {
     rules += n + "1 ::= \"\" | " + x_of(1) + "\n";
     for (int k = 2; k <= len; ++k) rules += n + std::to_string(k) + " ::= \"\" | " + x_of(k) + " " + n + std::to_string(k - 1) + "\n";
   };
-  chain("n", 20, [](int) { return std::string("c"); });
+  chain("n", 30, [](int) { return std::string("c"); });
   chain("m", 9, [](int) { return std::string("d"); });
   chain("k", 9, [](int k) { return std::string(k > 5 ? "[a-z]" : "c"); });
   auto g = testing::ebnf(rules);
-  std::string twenty_e;
-  for (int k = 0; k < 20; ++k) twenty_e += "\u00e9";
+  std::string thirty_e;
+  for (int k = 0; k < 30; ++k) thirty_e += "\u00e9";
   const std::vector<std::string> texts = {
-      "<abcdefghijklmnopqrst>", "[abcdefghijklmn]", "<abcdefghijkl>", "[ab\u00e9defg]", "{ab(ab)cdefg}", "{((a)b)}",
-      "!abcdefghi!", "<" + twenty_e + ">", "[]", "<>"};
+      "<abcdefghijklmnopqrstuvwxyzabcd>", "[abcdefghijklmn]", "<abcdefghijkl>", "[ab\u00e9defg]", "{ab(ab)cdefg}",
+      "{((a)b)}", "!abcdefghi!", "<" + thirty_e + ">", "[]", "<>"};
   for (const std::string& text : texts) EXPECT_EQ(compare_along(g, chain_vocab(), text), "") << text;
   EXPECT_EQ(testing::compare_mask_walks(g, chain_vocab(), 1400, 40, 40), "");
   const MaskCache::Stats s = g->mask_cache->stats();
   EXPECT_GT(s.shared, 0u);
+  EXPECT_GT(s.derived, 0u);
   EXPECT_EQ(s.walks + s.shared, s.entries);
 }
 

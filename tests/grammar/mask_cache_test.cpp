@@ -309,6 +309,42 @@ TEST(MaskCache, BoundedRepeatPositionsShareWalksAndMatchTheFullWalkAtEveryPositi
   }
 }
 
+TEST(MaskCache, ChainPositionsMetInAnyOrderGetTheirOwnWalks) {
+  // Requests meet a chain's positions top down, but a rollback or a second string of the same chain
+  // can bring a lower position first: whichever position's walk is kept, every entry equals that
+  // position's own walk. Bottom up, from the middle out, and top down again on fresh caches.
+  const Json schema = Json::parse(R"g({"type":"array","items":{"type":"string","minLength":2,"maxLength":44}})g");
+  auto compiled = json_schema_grammar(schema);
+  auto own = without_sharing(compiled);
+  EarleyMatcher m(own);
+  std::vector<uint64_t> keys;  // the chain's positions, top down
+  for (char ch : "[\"" + std::string(44, 'a')) {
+    ASSERT_TRUE(m.accept_byte(static_cast<uint8_t>(ch)));
+    for (const auto& it : m.last_set()) {
+      if (it.origin < m.bytes_accepted() && m.next_symbol(it) != EarleyMatcher::kNone) {
+        const uint64_t key = MaskCache::item_key(it.prod, it.dot);
+        if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+      }
+    }
+  }
+  ASSERT_GT(keys.size(), 40u);
+  std::vector<uint64_t> middle_out;
+  for (size_t k = 0; k < keys.size(); ++k) middle_out.push_back(keys[(keys.size() / 2 + k) % keys.size()]);
+  const std::vector<std::vector<uint64_t>> orders = {{keys.rbegin(), keys.rend()}, middle_out, keys};
+  for (const auto& order : orders) {
+    Grammar fresh = compiled;
+    fresh.mask_cache = std::make_shared<MaskCache>(fresh);
+    auto g = std::make_shared<const Grammar>(std::move(fresh));
+    for (uint64_t key : order) {
+      auto a = g->mask_cache->entry(g, chain_vocab(), key);
+      auto b = own->mask_cache->entry(own, chain_vocab(), key);
+      EXPECT_TRUE(a->words == b->words && a->ids == b->ids && a->roots == b->roots) << "item " << (key >> 32) << "." << static_cast<uint32_t>(key);
+    }
+    const MaskCache::Stats s = g->mask_cache->stats();
+    EXPECT_GT(s.shared + s.derived, 10u);
+  }
+}
+
 TEST(MaskCache, SharedChainEntriesEqualTheirOwnWalksOnTheV4Vocabulary) {
   // The bench schema's kind of string (bench/engine/structured_schema.json: maxLength 200) on the real
   // vocabulary, shorter: at every position the entry the shared cache gives (another position's walk,

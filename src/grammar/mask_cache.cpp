@@ -191,8 +191,9 @@ void MaskCache::find_chains(const Grammar& g) {
       chain_bottom_[a] = index > 0 ? bottom : -1;
     }
   }
-  // Which chains are shareable, and each position's FOLLOW. Reach is computed once per x.
-  std::unordered_map<Symbol, std::vector<char>> reach_of;
+  // Which chains are shareable, and each position's FOLLOW. Per x, once: the chains (bottoms) of the
+  // members reachable from it.
+  std::unordered_map<Symbol, std::vector<int32_t>> reach_of;
   std::unordered_map<int32_t, char> shareable;  // per bottom
   for (size_t a = 0; a < n; ++a) {
     const int32_t bottom = chain_bottom_[a];
@@ -217,9 +218,14 @@ void MaskCache::find_chains(const Grammar& g) {
               }
             }
           }
-          r = reach_of.emplace(x, std::move(seen)).first;
+          std::vector<int32_t> bottoms;
+          for (size_t y = 0; y < n; ++y) {
+            if (seen[y] && chain_bottom_[y] >= 0) bottoms.push_back(chain_bottom_[y]);
+          }
+          std::sort(bottoms.begin(), bottoms.end());
+          r = reach_of.emplace(x, std::move(bottoms)).first;
         }
-        for (size_t y = 0; fine && y < n; ++y) fine = !(r->second[y] && chain_bottom_[y] == bottom);
+        fine = fine && !std::binary_search(r->second.begin(), r->second.end(), bottom);
       }
       ok = shareable.emplace(bottom, fine ? 1 : 0).first;
     }

@@ -93,7 +93,8 @@ class MaskCache {
  public:
   // Marks are kept from this many members below the walked position: a position at least this far
   // (+3) from the chain's bottom is derived from another's walk (fewer tokens reach deeper).
-  static constexpr int32_t kMinMarkDepth = 8;
+  // (12: on the V4 vocabulary ~4K marks, 32 KiB, per chain; 8 would keep ~32K.)
+  static constexpr int32_t kMinMarkDepth = 12;
 
  private:
   // A full walk of position N_i: its entry, the lowest member it predicted, and its marks. It stands

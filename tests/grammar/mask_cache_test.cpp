@@ -200,14 +200,14 @@ TEST(MaskCache, ThreadsMeetingANewItemAtOnceWalkItOnce) {
 // Walk sharing in bounded repeats (README "Walk sharing in bounded repeats"): a chain position's entry
 // may be another position's walk. The checks below compare with walks that share nothing.
 
-// A small vocabulary whose tokens are up to 8 characters but for two of 16 and 20 (so chains longer
-// than 22 share walks, and positions from 11 up derive theirs: MaskCache::kMinMarkDepth), with long
+// A small vocabulary whose tokens are up to 8 characters but for two of 20 and 24 (so chains longer
+// than 26 share walks, and positions from 15 up derive theirs: MaskCache::kMinMarkDepth), with long
 // tokens of string characters, multi-byte UTF-8 (also split across tokens), and tokens that cross a
 // string's or a repeat's end into what follows it (where a wrong rename or depth shows first).
 std::shared_ptr<const Vocabulary> chain_vocab() {
   static auto vocab = [] {
     std::vector<std::string> tokens = {  // [0]: end of text
-        "", "a", "ab", "abc", "abcd", "abcdefgh", "aaaaaaaa", "aaaaaaaaaaaaaaaaaaaa", "xxxxxxxxxxxxxxxx", "b", "ba", "x", "xx", "xxxx", "xxxxxxxx", "1", "12",
+        "", "a", "ab", "abc", "abcd", "abcdefgh", "aaaaaaaa", "aaaaaaaaaaaaaaaaaaaa", "xxxxxxxxxxxxxxxxxxxxxxxx", "b", "ba", "x", "xx", "xxxx", "xxxxxxxx", "1", "12",
         "123", "A", "AB", "-", "-1", "\\", "\\n", "\\\"", "\\u00e9", "\u00e9", "\u00e9\u00e9", "\u20ac",
         "\xe2\x82", "\xac", "\xf0\x9f\x98\x80", "a\u00e9", "\"", "a\"", "ab\"", "ab\",", "abc\"}", "\u00e9\"",
         "\"}", "\",", "\",\"", "a]", "ab]", "\u00e9]", "a>", "ab>", "]", ">", "a)", ")", "(a", "x-", "A-1", "Z-12"};
@@ -281,10 +281,10 @@ TEST(MaskCache, BoundedRepeatPositionsShareWalksAndMatchTheFullWalkAtEveryPositi
   const std::vector<Case> cases = {
       {schema(R"g({"type":"string","minLength":3,"maxLength":40})g"),
        {"\"" + long_a + "\"", "\"" + long_a.substr(0, 3) + "\"", "\"" + mixed(40) + "\""}, 2},
-      {schema(R"g({"type":"object","properties":{"s":{"type":"string","maxLength":30},"t":{"type":"array",
+      {schema(R"g({"type":"object","properties":{"s":{"type":"string","maxLength":36},"t":{"type":"array",
           "items":{"type":"string","maxLength":24},"maxItems":3}},"required":["s","t"]})g"),
-       {"{\"s\":\"" + long_a.substr(0, 30) + "\",\"t\":[\"" + long_a.substr(0, 24) + "\",\"ab\\n\\\"" + e + "\"]}",
-        "{\"s\":\"" + mixed(30) + "\",\"t\":[]}"}, 2},
+       {"{\"s\":\"" + long_a.substr(0, 36) + "\",\"t\":[\"" + long_a.substr(0, 24) + "\",\"ab\\n\\\"" + e + "\"]}",
+        "{\"s\":\"" + mixed(36) + "\",\"t\":[]}"}, 2},
       {schema(R"g({"type":"string","pattern":"^[A-Z]{0,25}-[0-9]{2,20}$"})g"),
        {"\"" + std::string(25, 'A') + "-" + std::string(20, '1') + "\"", "\"AB-12\""}, 1},
       {schema(R"g({"type":"object","properties":{"at":{"type":"string","format":"date-time"},
@@ -349,7 +349,7 @@ TEST(MaskCache, SharedChainEntriesEqualTheirOwnWalksOnTheV4Vocabulary) {
   // The bench schema's kind of string (bench/engine/structured_schema.json: maxLength 200) on the real
   // vocabulary, shorter: at every position the entry the shared cache gives (another position's walk,
   // or derived from it) equals that position's own walk, bit for bit. The longest V4 token of string
-  // characters has 128, so positions 139-131 share the first walk and 130-11 derive theirs.
+  // characters has 128, so positions 139-131 share the first walk and 130-15 derive theirs.
   const Json schema = Json::parse(R"g({"type":"object","properties":{"title":{"type":"string","maxLength":140},
       "tags":{"type":"array","items":{"type":"string","maxLength":40},"maxItems":2}},"required":["title","tags"]})g");
   auto g = std::make_shared<const Grammar>(json_schema_grammar(schema));
@@ -375,19 +375,19 @@ TEST(MaskCache, SharedChainEntriesEqualTheirOwnWalksOnTheV4Vocabulary) {
   EXPECT_GT(positions, 180u);
   const MaskCache::Stats s = g->mask_cache->stats();
   EXPECT_EQ(s.shared, 9u);     // the title's 139-131
-  EXPECT_GT(s.derived, 140u);  // the title's 130-11, the tag's 39-11
+  EXPECT_GT(s.derived, 130u);  // the title's 130-15, the tag's 39-15
   EXPECT_LT(s.walks - s.derived, 60u);
   EXPECT_EQ(own->mask_cache->stats().shared, 0u);
 }
 
 TEST(MaskCache, HandWrittenChainsShareOnlyWhereShapeAndFollowAgree) {
   // Rules of a bounded repeat's shape written by hand (GBNF), where sharing would go wrong if it were
-  // keyed on the shape alone: n14 is also the whole of a "[...]" branch, so a position of n14 and below
-  // may be followed by ']' and one of n30..n15 may not (the token "a]" tells them apart), though n30's
-  // walk could stand for n14 by shape (derived: its 20-character token reaches below n14 - 20);
+  // keyed on the shape alone: n18 is also the whole of a "[...]" branch, so a position of n18 and below
+  // may be followed by ']' and one of n30..n19 may not (the token "a]" tells them apart), though n30's
+  // walk could stand for n18 by shape (derived: its 24-character token reaches below n18 - 24);
   // m's x reaches back into m (no chain it can share in); k's links change x half way (two chains,
   // not one).
-  std::string rules = "root ::= \"<\" n30 \">\" | \"[\" n14 \"]\" | \"{\" m9 \"}\" | \"!\" k9 \"!\"\n"
+  std::string rules = "root ::= \"<\" n30 \">\" | \"[\" n18 \"]\" | \"{\" m9 \"}\" | \"!\" k9 \"!\"\n"
                       "c ::= [a-z] | \"\u00e9\"\nd ::= [a-z] | \"(\" m3 \")\"\n";
   auto chain = [&](const std::string& n, int len, auto x_of) {
     rules += n + "1 ::= \"\" | " + x_of(1) + "\n";
@@ -400,7 +400,7 @@ TEST(MaskCache, HandWrittenChainsShareOnlyWhereShapeAndFollowAgree) {
   std::string thirty_e;
   for (int k = 0; k < 30; ++k) thirty_e += "\u00e9";
   const std::vector<std::string> texts = {
-      "<abcdefghijklmnopqrstuvwxyzabcd>", "[abcdefghijklmn]", "<abcdefghijkl>", "[ab\u00e9defg]", "{ab(ab)cdefg}",
+      "<abcdefghijklmnopqrstuvwxyzabcd>", "[abcdefghijklmnopqr]", "<abcdefghijkl>", "[ab\u00e9defg]", "{ab(ab)cdefg}",
       "{((a)b)}", "!abcdefghi!", "<" + thirty_e + ">", "[]", "<>"};
   for (const std::string& text : texts) EXPECT_EQ(compare_along(g, chain_vocab(), text), "") << text;
   EXPECT_EQ(testing::compare_mask_walks(g, chain_vocab(), 1400, 40, 40), "");

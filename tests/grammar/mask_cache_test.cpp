@@ -345,6 +345,27 @@ TEST(MaskCache, ChainPositionsMetInAnyOrderGetTheirOwnWalks) {
   }
 }
 
+TEST(MaskCache, ThreadsWalkingOneChainAtOnceMatchTheFullWalk) {
+  // Four requests write strings of one chain at once, from different lengths (so one thread's full
+  // walk of a position may be what another waits for, shares or derives from): every step's mask is
+  // the full walk's. Under TSan this is the race check of the chain's shared walks.
+  auto g = std::make_shared<const Grammar>(json_schema_grammar(Json::parse(R"g({"type":"string","maxLength":48})g")));
+  std::latch start(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < errors.size(); ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      errors[t] = compare_along(g, chain_vocab(), "\"" + std::string(48 - 6 * t, static_cast<char>('a' + t)) + "\"");
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  const MaskCache::Stats s = g->mask_cache->stats();
+  EXPECT_GT(s.shared + s.derived, 10u);
+  EXPECT_EQ(s.walks + s.shared, s.entries);
+}
+
 TEST(MaskCache, SharedChainEntriesEqualTheirOwnWalksOnTheV4Vocabulary) {
   // The bench schema's kind of string (bench/engine/structured_schema.json: maxLength 200) on the real
   // vocabulary, shorter: at every position the entry the shared cache gives (another position's walk,

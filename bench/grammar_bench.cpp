@@ -5,7 +5,9 @@
 // round: the full trie walk (no mask cache), the grammar's shared mask cache on its first request (a
 // fresh cache), and on a later request (warm: what a cached schema meets). Then the cold walks: every
 // kernel item met along the instance walked once on a fresh cache, in thread CPU ms (per walk; "wide"
-// walks, whose entry keeps a bitmask because most of the vocabulary passes, are string positions).
+// walks, whose entry keeps a bitmask because most of the vocabulary passes, are string positions;
+// items that share a bounded repeat's walk cost no walk, derived ones a partial walk; with --walks-only
+// also each item walked alone, as before walks were shared).
 // Usage: bench_grammar [--walks-only] [path to the npm V3 base tokenizer.json] (default: the one
 // scripts/setup.sh installs). --walks-only: only the cold walks' line per schema (for profiling them).
 #include <algorithm>
@@ -63,6 +65,10 @@ const Case kCases[] = {
     // position is a new Earley item.
     {"bench_serve", R"g({"type":"object","properties":{"id":{"type":"string","format":"uuid"},"title":{"type":"string","maxLength":200},"tags":{"type":"array","items":{"type":"string","maxLength":40},"maxItems":8},"priority":{"type":"integer","minimum":0,"maximum":5},"status":{"enum":["open","closed","blocked"]},"notes":{"type":"array","items":{"type":"object","properties":{"author":{"type":"string"},"text":{"type":"string"}},"required":["author","text"],"additionalProperties":false}}},"required":["id","title","tags","priority","status","notes"],"additionalProperties":false})g",
      R"g({"id":"123e4567-e89b-12d3-a456-426614174000","title":"Quarterly review of the structured output engine and its token masks","tags":["grammar","masks"],"priority":2,"status":"open","notes":[{"author":"Ada","text":"Looks good."}]})g"},
+    // The same schema with its bounded strings written nearly to their maxLength (197 and 38 characters):
+    // positions down to the chains' bottoms.
+    {"bench_long", R"g({"type":"object","properties":{"id":{"type":"string","format":"uuid"},"title":{"type":"string","maxLength":200},"tags":{"type":"array","items":{"type":"string","maxLength":40},"maxItems":8},"priority":{"type":"integer","minimum":0,"maximum":5},"status":{"enum":["open","closed","blocked"]},"notes":{"type":"array","items":{"type":"object","properties":{"author":{"type":"string"},"text":{"type":"string"}},"required":["author","text"],"additionalProperties":false}}},"required":["id","title","tags","priority","status","notes"],"additionalProperties":false})g",
+     R"g({"id":"123e4567-e89b-12d3-a456-426614174000","title":"Quarterly review of the structured output engine and its token masks, with notes on cold schemas, bounded strings, shared walks between string positions, and what a new schema's first request costs","tags":["grammar-constrained decoding and masks"],"priority":2,"status":"open","notes":[]})g"},
 };
 
 // Mask time per step along `ids` with a fresh matcher; empty when a token is refused.
@@ -86,13 +92,14 @@ bool walks_only = false;
 // The cold cost the first request of a schema pays: each kernel item met along `ids` walked once on a
 // fresh mask cache (what MaskCache::entry does for a new item), CPU ms per walk; 3 rounds.
 void report_walks(const dsinfer::grammar::Grammar& compiled,
-                  const std::shared_ptr<const dsinfer::grammar::Vocabulary>& vocab, const std::vector<int32_t>& ids) {
+                  const std::shared_ptr<const dsinfer::grammar::Vocabulary>& vocab, const std::vector<int32_t>& ids,
+                  bool share = true) {
   using namespace dsinfer::grammar;
   std::vector<double> per_walk, wide_walk, per_schema;
-  size_t walks = 0;
+  size_t items = 0, walks = 0, derived = 0;
   for (int round = 0; round < 3; ++round) {
     Grammar fresh = compiled;
-    fresh.mask_cache = std::make_shared<MaskCache>(fresh);
+    fresh.mask_cache = std::make_shared<MaskCache>(fresh, share);
     auto g = std::make_shared<const Grammar>(std::move(fresh));
     EarleyMatcher m(g);
     std::vector<uint64_t> seen;
@@ -100,11 +107,14 @@ void report_walks(const dsinfer::grammar::Grammar& compiled,
     auto walk_new = [&](uint64_t key) {
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) return;
       seen.push_back(key);
+      const size_t walked = g->mask_cache->stats().walks;
       const double t = thread_cpu_ms();
       const bool wide = !g->mask_cache->entry(g, vocab, key)->words.empty();
-      per_walk.push_back(thread_cpu_ms() - t);
-      if (wide) wide_walk.push_back(per_walk.back());
-      total += per_walk.back();
+      const double ms = thread_cpu_ms() - t;
+      total += ms;
+      if (g->mask_cache->stats().walks == walked) return;  // another chain position's walk, shared
+      per_walk.push_back(ms);
+      if (wide) wide_walk.push_back(ms);
     };
     walk_new(MaskCache::kStartKey);
     for (int32_t id : ids) {
@@ -114,16 +124,19 @@ void report_walks(const dsinfer::grammar::Grammar& compiled,
         if (it.origin < base && m.next_symbol(it) != EarleyMatcher::kNone) walk_new(MaskCache::item_key(it.prod, it.dot));
       }
     }
-    walks = seen.size();
+    items = seen.size();
+    walks = g->mask_cache->stats().walks;
+    derived = g->mask_cache->stats().derived;
     per_schema.push_back(total);
   }
   // Wide: entries kept as a bitmask (most of the vocabulary accepted: string positions), the costly walks.
   const size_t wide = wide_walk.size() / 3;
   if (wide_walk.empty()) wide_walk.push_back(0);
-  std::printf("  cold walks: %zu per request (%zu wide), CPU ms per walk median / p99 / max %.2f / %.2f / %.2f, wide median %.2f;"
-              " per request (median) %.1f ms\n",
-              walks, wide, percentile(per_walk, 0.5), percentile(per_walk, 0.99), percentile(per_walk, 1.0),
-              percentile(wide_walk, 0.5), percentile(per_schema, 0.5));
+  if (per_walk.empty()) per_walk.push_back(0);
+  std::printf("  cold walks%s: %zu items, %zu walks per request (%zu wide, %zu derived from another position's), CPU ms"
+              " per walk median / p99 / max %.2f / %.2f / %.2f, wide median %.2f; per request (median) %.1f ms\n",
+              share ? "" : ", each item alone", items, walks, wide, derived, percentile(per_walk, 0.5),
+              percentile(per_walk, 0.99), percentile(per_walk, 1.0), percentile(wide_walk, 0.5), percentile(per_schema, 0.5));
 }
 
 // Prints the three ways' mask times for one grammar (rounds interleaved); false when a token is refused.
@@ -134,6 +147,7 @@ bool report_masks(const char* name, double compile_ms, const dsinfer::grammar::G
   using dsinfer::grammar::MaskCache;
   if (walks_only) {
     std::printf("%s\n", name);
+    report_walks(compiled, vocab, ids, false);
     report_walks(compiled, vocab, ids);
     return true;
   }

@@ -157,6 +157,20 @@ HWY_INLINE void DecodeShuffle(VI table, VI mask, VI raw, VI& lo, VI& hi) {
   hi = Shuffle(table, AndI(Srl4(raw), mask));
 }
 
+// One group of panel p, decoded for the panel kernels: its 32 columns as 8 quads of kNV vectors of
+// 2·e2m1 + 12 (wv) and their half scales (ws). Loads and shuffles only, so it inlines into the VNNI
+// and the maddubs kernels alike.
+HWY_INLINE void DecodePanelGroup(const Int8PackedWeight& w, int64_t p, int64_t g, VI table, VI mask,
+                                 VI (&wv)[8][kNV], VFl (&ws)[kNV]) {
+  const uint8_t* panel = w.panel(p);
+  for (int o = 0; o < 4; ++o)
+    for (int v = 0; v < kNV; ++v)
+      DecodeShuffle(table, mask, LoadI(panel + (g * 4 + o) * kInt8OctetBytes + v * kL * 4), wv[2 * o][v],
+                    wv[2 * o + 1][v]);
+  const int64_t at = (p * w.groups + g) * kInt8PanelRows;
+  for (int v = 0; v < kNV; ++v) ws[v] = LoadHalfScale(w, at + v * kL);
+}
+
 // The panel kernel for more than kTileMaxRows rows of x (prefill, larger batches): per group the
 // panel's 32 columns are decoded once (8 quads of kNV vectors) and serve every row of x, whose fp32
 // sums live in `acc`. Per lane the same operations as the tiles, so the results are bitwise the same
@@ -166,21 +180,12 @@ HWY_INLINE void DecodeShuffle(VI table, VI mask, VI raw, VI& lo, VI& hi) {
   ATTR void NAME(const Int8PackedWeight& w, int64_t p, const int8_t* q, int64_t ldq, const float* xs,         \
                  int64_t lds, const int32_t* qc, int64_t M, int64_t block, float* acc) {                       \
     const VI table = Table(), mask = Mask0F();                                                                 \
-    const uint8_t* panel = w.panel(p);                                                                         \
     for (int64_t i = 0; i < M * kInt8PanelRows; ++i) acc[i] = 0.0f;                                            \
     for (int64_t g = 0; g < w.groups; ++g) {                                                                   \
       PrefetchGroup(w, p, 1, g + kPrefetchGroups);                                                             \
       VI wv[8][kNV];                                                                                           \
-      for (int o = 0; o < 4; ++o) {                                                                            \
-        for (int v = 0; v < kNV; ++v) {                                                                        \
-          const VI raw = LoadI(panel + (g * 4 + o) * kInt8OctetBytes + v * kL * 4);                            \
-          wv[2 * o][v] = Shuffle(table, AndI(raw, mask));                                                      \
-          wv[2 * o + 1][v] = Shuffle(table, AndI(Srl4(raw), mask));                                            \
-        }                                                                                                      \
-      }                                                                                                        \
-      const int64_t at = (p * w.groups + g) * kInt8PanelRows;                                                  \
       VFl ws[kNV];                                                                                             \
-      for (int v = 0; v < kNV; ++v) ws[v] = LoadHalfScale(w, at + v * kL);                                     \
+      DecodePanelGroup(w, p, g, table, mask, wv, ws);                                                          \
       for (int64_t m = 0; m < M; ++m) {                                                                        \
         const int8_t* qm = q + m * ldq + g * kInt8Group;                                                       \
         VI dot[kNV];                                                                                           \
@@ -231,21 +236,12 @@ HWY_INLINE void DecodeShuffle(VI table, VI mask, VI raw, VI& lo, VI& hi) {
   ATTR void NAME(const Int8PackedWeight& w, int64_t p, const int8_t* q, int64_t ldq, const float* xs,         \
                  int64_t lds, const int32_t* qc, int64_t M, int64_t block, float* acc) {                       \
     const VI table = Table(), mask = Mask0F();                                                                 \
-    const uint8_t* panel = w.panel(p);                                                                         \
     for (int64_t i = 0; i < M * kInt8PanelRows; ++i) acc[i] = 0.0f;                                            \
     for (int64_t g = 0; g < w.groups; ++g) {                                                                   \
       PrefetchGroup(w, p, 1, g + kPrefetchGroups);                                                             \
       VI wv[8][kNV];                                                                                           \
-      for (int o = 0; o < 4; ++o) {                                                                            \
-        for (int v = 0; v < kNV; ++v) {                                                                        \
-          const VI raw = LoadI(panel + (g * 4 + o) * kInt8OctetBytes + v * kL * 4);                            \
-          wv[2 * o][v] = Shuffle(table, AndI(raw, mask));                                                      \
-          wv[2 * o + 1][v] = Shuffle(table, AndI(Srl4(raw), mask));                                            \
-        }                                                                                                      \
-      }                                                                                                        \
-      const int64_t at = (p * w.groups + g) * kInt8PanelRows;                                                  \
       VFl ws[kNV];                                                                                             \
-      for (int v = 0; v < kNV; ++v) ws[v] = LoadHalfScale(w, at + v * kL);                                     \
+      DecodePanelGroup(w, p, g, table, mask, wv, ws);                                                          \
       int64_t m = 0;                                                                                           \
       for (; m + 4 <= M; m += 4)                                                                               \
         NAME##Block<4>(wv, ws, q + m * ldq, ldq, xs + m * lds, lds, qc + m * w.groups, w.groups, g, block,     \

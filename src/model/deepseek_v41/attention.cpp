@@ -32,17 +32,18 @@ void Prefill::attend_double(const float* q, const std::vector<const float*>& key
 }
 
 // Sink attention (§2.9) of every row n of q [T, nh, hd], all heads attending the same keys, which
-// keys_of(n, keys) appends (returning row n's position); then the inverse RoPE of each head's output.
+// keys_of(n, keys, rows) appends (returning row n's position; rows: room for keys it decodes, kept
+// until the next call); then the inverse RoPE of each head's output.
 template <class KeysOf>
 Vec Prefill::attend(const Vec& q, const Vec& sink, const std::vector<float>& f, KeysOf keys_of) {
   const int64_t nh = c_.num_attention_heads, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
   Vec o(static_cast<size_t>(T_ * nh * hd));
   pool_.parallel_for(T_, 1, [&](int64_t b, int64_t e) {
     std::vector<const float*> keys;
-    Vec scratch;
+    Vec scratch, rows;
     for (int64_t n = b; n < e; ++n) {
       keys.clear();
-      const int64_t pos = keys_of(n, keys);
+      const int64_t pos = keys_of(n, keys, rows);
       scratch.resize(static_cast<size_t>(nh) * (keys.size() + 1));
       if (opt_.double_accumulation) {
         attend_double(q.data() + n * nh * hd, keys, sink, o.data() + n * nh * hd);
@@ -123,17 +124,16 @@ Vec Prefill::attend_rows(int64_t L, Rows in) {
   for (int64_t t = 0; t < T_; ++t) {
     for (int64_t h = 0; h < nh; ++h) rope(q.data() + (t * nh + h) * hd, hd, rd, f, pos0_ + t);
     rope(kv.data() + t * hd, hd, rd, f, pos0_ + t);
-    if (opt_.qdq) kernels::fp8_block_qdq(kv.data() + t * hd, hd, kKvQdqBlock);
   }
-  Vec& window = windows_[L];                       // every position's window KV (keys of the positions after it)
-  window.resize(static_cast<size_t>(pos0_ * hd));  // zeros where a decoder replay skipped positions
-  window.insert(window.end(), kv.begin(), kv.end());
+  KvRows& window = this->window(L);  // every position's window KV (keys of the positions after it)
+  window.pad_to(pos0_);              // zeros where a decoder replay skipped positions
+  window.append(kv.data(), T_);      // with its FP8 QDQ (QDQ on)
   // Decoder windows start at the latest replay start (deepinfer-system.md §2.3 truncation).
   const int64_t lo = decoder_ >= 0 && L >= decoder_ ? decoder_from_ : 0;
   const KvSource* src = nullptr;
   const std::vector<std::vector<int64_t>>* sel = nullptr;
   if (r.ratio > 0) {
-    if (r.owns_compressor && !(precompressed_ && L == decoder_)) compress(sources_[L], p, in.u, in.g, r.ratio);
+    if (r.owns_compressor && !(precompressed_ && L == decoder_)) compress(source(L, r.ratio), p, in.u, in.g, r.ratio);
     src = &sources_.at(r.kv_source);
     if (r.owns_indexer) {
       auto score = index_scores(in.qi, in.wts, *src, f);
@@ -151,11 +151,16 @@ Vec Prefill::attend_rows(int64_t L, Rows in) {
     }
     sel = &selections_.at(r.index_source);
   }
-  return attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys) {
+  return attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys, Vec& rows) {
     const int64_t pos = pos0_ + t;
-    for (int64_t j = std::max<int64_t>(lo, pos - W + 1); j <= pos; ++j) keys.push_back(window.data() + j * hd);
-    if (sel) {
-      for (int64_t g : (*sel)[t]) keys.push_back(src->ckv.data() + g * hd);
+    for (int64_t j = std::max<int64_t>(lo, pos - W + 1); j <= pos; ++j) keys.push_back(window.row(j));
+    if (sel) {  // the selected compressed entries, decoded (QDQ on)
+      rows.resize((*sel)[t].size() * hd);
+      float* room = rows.data();
+      for (int64_t g : (*sel)[t]) {
+        keys.push_back(src->ckv.read(g, room));
+        room += hd;
+      }
     }
     return pos;
   });
@@ -196,7 +201,7 @@ Vec Prefill::stage_attention(int64_t L, const Vec& a) {
     block_kv_[static_cast<size_t>(s)] = kv;
   }
   const Vec& ring = rings_[static_cast<size_t>(s)];
-  const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys) {
+  const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys, Vec&) {
     const int64_t round = round0_ + n / B;  // rings hold positions ring0_ .. ring0_ + ring_len_ - 1
     for (int64_t j = std::max<int64_t>(ring0_, round - W + 1); j <= round && j < ring0_ + ring_len_; ++j) {
       keys.push_back(ring.data() + (j - ring0_) * hd);

@@ -16,7 +16,6 @@ void Prefill::compressor_inputs(const std::string& p, const Vec& a, int64_t rati
 // u, g: this sequence's rows of compressor_inputs.
 void Prefill::compress(KvSource& s, const std::string& p, const Vec& u, const Vec& g, int64_t ratio) {
   const int64_t hd = c_.head_dim, ixd = c_.index_head_dim, rd = c_.qk_rope_head_dim;
-  s.ratio = ratio;
   s.u.insert(s.u.end(), u.begin(), u.end());
   if (ratio == 2) s.g.insert(s.g.end(), g.begin(), g.end());
   const int64_t G0 = s.G, G1 = (pos0_ + T_) / ratio, n = G1 - G0;
@@ -40,12 +39,9 @@ void Prefill::compress(KvSource& s, const std::string& p, const Vec& u, const Ve
   for (int64_t i = 0; i < n; ++i) {
     rope(ik.data() + i * ixd, ixd, rd, f, (G0 + i) * ratio);
     rope(ckv.data() + i * hd, hd, rd, f, (G0 + i) * ratio);
-    if (opt_.qdq) {
-      kernels::fp4_block_qdq(ik.data() + i * ixd, ixd, kKvQdqBlock);
-      qdq_fp4_e4m3_scale(ckv.data() + i * hd, hd);
-    }
+    if (opt_.qdq) kernels::fp4_block_qdq(ik.data() + i * ixd, ixd, kKvQdqBlock);
   }
-  s.ckv.insert(s.ckv.end(), ckv.begin(), ckv.end());
+  s.ckv.append(ckv.data(), n);  // with its FP4 QDQ (QDQ on)
   s.ik.insert(s.ik.end(), ik.begin(), ik.end());
   s.G = G1;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <numeric>
 
@@ -53,16 +54,79 @@ void rope(float* v, int64_t n, int64_t rd, const std::vector<float>& f, int64_t 
   }
 }
 
-void qdq_fp4_e4m3_scale(float* v, int64_t n) {
-  for (int64_t b = 0; b < n; b += 16) {
-    float amax = 0;
-    for (int64_t i = b; i < b + 16; ++i) amax = std::max(amax, std::fabs(v[i]));
-    amax = std::max(amax, 6.0f * 0.001953125f);  // 6 * 2^-9
-    const float s = core::fp8_e4m3_to_float(core::float_to_fp8_e4m3(std::min(amax / 6.0f, 448.0f)));
-    for (int64_t i = b; i < b + 16; ++i) {
-      const double q = std::clamp(static_cast<double>(v[i]) / s, -6.0, 6.0);
-      v[i] = core::fp4_e2m1_to_float(core::float_to_fp4_e2m1(static_cast<float>(q))) * s;
+namespace {
+
+// One block of 16 values on the scale s: codes of clamp(v / s) (the division in double, as the reference).
+void fp4_block_codes(const float* v, float s, uint8_t* packed) {
+  for (int64_t i = 0; i < kCkvScaleBlock; i += 2) {
+    uint8_t c[2];
+    for (int64_t k = 0; k < 2; ++k) {
+      const double q = std::clamp(static_cast<double>(v[i + k]) / s, -6.0, 6.0);
+      c[k] = core::float_to_fp4_e2m1(static_cast<float>(q));
     }
+    packed[i / 2] = static_cast<uint8_t>(c[0] | (c[1] << 4));
+  }
+}
+
+float block_amax(const float* v) {
+  float amax = 0;
+  for (int64_t i = 0; i < kCkvScaleBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
+  return amax;
+}
+
+bool block_decodes_to(const float* v, const uint8_t* packed, const uint8_t* scale) {
+  float y[kCkvScaleBlock];
+  fp4_e4m3_scale_decode(packed, scale, kCkvScaleBlock, y);
+  return std::memcmp(y, v, sizeof y) == 0;
+}
+
+}  // namespace
+
+void fp4_e4m3_scale_encode(const float* v, int64_t n, uint8_t* packed, uint8_t* scales) {
+  for (int64_t b = 0; b < n; b += kCkvScaleBlock) {
+    const float amax = std::max(block_amax(v + b), 6.0f * 0.001953125f);  // 6 * 2^-9
+    const uint8_t sc = core::float_to_fp8_e4m3(std::min(amax / 6.0f, 448.0f));
+    scales[b / kCkvScaleBlock] = sc;
+    fp4_block_codes(v + b, core::fp8_e4m3_to_float(sc), packed + b / 2);
+  }
+}
+
+void fp4_e4m3_scale_decode(const uint8_t* packed, const uint8_t* scales, int64_t n, float* y) {
+  for (int64_t b = 0; b < n; b += kCkvScaleBlock) {
+    const float s = core::fp8_e4m3_to_float(scales[b / kCkvScaleBlock]);
+    for (int64_t i = b; i < b + kCkvScaleBlock; i += 2) {
+      const uint8_t byte = packed[i / 2];
+      y[i] = core::fp4_e2m1_to_float(byte & 0xF) * s;
+      y[i + 1] = core::fp4_e2m1_to_float(byte >> 4) * s;
+    }
+  }
+}
+
+bool fp4_e4m3_scale_encode_exact(const float* v, int64_t n, uint8_t* packed, uint8_t* scales) {
+  fp4_e4m3_scale_encode(v, n, packed, scales);
+  for (int64_t b = 0; b < n; b += kCkvScaleBlock) {
+    uint8_t* p = packed + b / 2;
+    uint8_t* sc = scales + b / kCkvScaleBlock;
+    if (block_decodes_to(v + b, p, sc)) continue;
+    // On the grid of scale s, amax is s times the largest code used: try each.
+    bool found = false;
+    for (const float top : {6.0f, 4.0f, 3.0f, 2.0f, 1.5f, 1.0f, 0.5f}) {
+      const float s = block_amax(v + b) / top;
+      *sc = core::float_to_fp8_e4m3(s);
+      if (core::fp8_e4m3_to_float(*sc) != s) continue;
+      fp4_block_codes(v + b, s, p);
+      if ((found = block_decodes_to(v + b, p, sc))) break;
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+void qdq_fp4_e4m3_scale(float* v, int64_t n) {
+  uint8_t packed[kCkvScaleBlock / 2], scale;
+  for (int64_t b = 0; b < n; b += kCkvScaleBlock) {
+    fp4_e4m3_scale_encode(v + b, kCkvScaleBlock, packed, &scale);
+    fp4_e4m3_scale_decode(packed, &scale, kCkvScaleBlock, v + b);
   }
 }
 

@@ -34,8 +34,17 @@ void rope(float* v, int64_t n, int64_t rd, const std::vector<float>& f, int64_t 
 // power-of-two scales: V4's kernels::fp8_block_qdq / fp4_block_qdq, with V4.1's block of 32).
 inline constexpr int64_t kKvQdqBlock = 32;
 
-// §2.10: the compressed KV's FP4 QDQ with an E4M3 scale per 16 values (V4.1's own codec).
+// §2.10: the compressed KV's FP4 QDQ with an E4M3 scale per 16 values (V4.1's own codec); n % 16 == 0.
 void qdq_fp4_e4m3_scale(float* v, int64_t n);
+// Its compact form (§3.1: 256 + 32 B at head_dim 512): FP4 E2M1 codes packed two per byte (element 2c
+// in the low nibble) and an E4M3 scale per 16 values. decode(encode(v)) is qdq_fp4_e4m3_scale(v)
+// bit for bit. encode_exact: codes for values already on that grid (decoded ones, as a state range
+// carries them), which encode need not reproduce (a tiny block's scale may round up, leaving its
+// amax at 4 times the scale); false if some block has none.
+inline constexpr int64_t kCkvScaleBlock = 16;
+void fp4_e4m3_scale_encode(const float* v, int64_t n, uint8_t* packed, uint8_t* scales);
+void fp4_e4m3_scale_decode(const uint8_t* packed, const uint8_t* scales, int64_t n, float* y);
+bool fp4_e4m3_scale_encode_exact(const float* v, int64_t n, uint8_t* packed, uint8_t* scales);
 
 // Indices of the k largest finite values; exact ties go to the lower index.
 std::vector<int64_t> topk(const std::vector<double>& score, int64_t k);

@@ -52,6 +52,7 @@ std::vector<float> Sequence::dspark_draft0(std::vector<float>* confidence) {
 }
 DsparkKv Sequence::dspark_stored_kv() const { return state_->p.dspark_stored_kv(); }
 StoredKv Sequence::stored_kv() const { return state_->p.stored(); }
+int64_t Sequence::state_bytes() const { return state_->p.state_bytes(); }
 int64_t Sequence::decoder_replay_start() const { return state_->p.replay_start(); }
 void Sequence::set_decoder_replay_tokens(int64_t k) { state_->p.set_replay_tokens(k); }
 std::vector<int32_t> Sequence::dspark_round(int32_t anchor, int64_t count, std::vector<float>* confidence) {

@@ -121,6 +121,9 @@ class Sequence {
   // After dspark_draft0: the values it stored after their FP8 QDQ (DsparkKv).
   DsparkKv dspark_stored_kv() const;
   StoredKv stored_kv() const;
+  // The memory of the state kept for every position (§3.1, compact where the QDQ makes it exact), for
+  // the tests and notes; not the bounded fp32 copy of each layer's recent window rows.
+  int64_t state_bytes() const;
   // The start s of the latest decoder-side bounded replay (PrefillOptions::decoder_replay_tokens), -1
   // when none ran: the decoder windows of positions before s were never computed (zero in stored_kv())
   // and the state is approximate, so it is never exported as exact.

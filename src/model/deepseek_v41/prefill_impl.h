@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/deepseek_v41/engram_hash.h"
+#include "model/deepseek_v41/kv_rows.h"
 #include "model/deepseek_v41/numerics.h"
 #include "model/deepseek_v41/prefill.h"
 #include "model/deepseek_v41/state_range.h"
@@ -59,6 +60,7 @@ class Prefill {
 
   // state.cpp
   StoredKv stored() const;
+  int64_t state_bytes() const;
   void truncate(int64_t len);
   StateRange export_range(int64_t begin, int64_t end) const;
   void append_range(const StateRange& r);
@@ -82,11 +84,12 @@ class Prefill {
   // ratio-2 tail) so that a rollback to any length finds its tail.
   struct KvSource {
     int64_t ratio = 0;
-    Vec u, g;  // [n, hd]: compressor wkv and (ratio 2) wgate rows
-    Vec ckv;   // [G, hd]
-    Vec ik;    // [G, index_dim]
+    Vec u, g;    // [n, hd]: compressor wkv and (ratio 2) wgate rows
+    KvRows ckv;  // [G, hd], FP4 with E4M3 scales (QDQ on)
+    Vec ik;      // [G, index_dim]
     int64_t G = 0;
   };
+  KvSource& source(int64_t L, int64_t ratio);  // sources_[L], made on first use
 
   // The rows of an attention layer's products, [T, width] each (empty: not computed).
   struct Rows {
@@ -170,7 +173,8 @@ class Prefill {
   layers::ExpertScratch experts_;   // the expert stage's (moe_shared_stage)
   std::vector<Segment> segs_;       // the sequences whose rows X_ holds (this one alone, or a batch's)
   std::vector<int64_t> cid_;        // compressed ids of every position
-  std::map<int64_t, Vec> windows_;  // per layer the window KV [n, hd] of every position
+  KvRows& window(int64_t L);         // windows_[L], made on first use
+  std::map<int64_t, KvRows> windows_;  // per layer the window KV of every position
   std::unique_ptr<EngramHash> hash_;
   std::map<int64_t, KvSource> sources_;
   std::map<int64_t, std::vector<std::vector<int64_t>>> selections_;

@@ -12,7 +12,7 @@ void Prefill::enter_replay(std::vector<double>& pre_in, int64_t skip) {
   const int64_t ratio = c_.layer_roles(decoder_).ratio;
   Vec u, g;
   compressor_inputs(p + "attn.", a, ratio, u, g);
-  compress(sources_[decoder_], p + "attn.", u, g, ratio);
+  compress(source(decoder_, ratio), p + "attn.", u, g, ratio);
   precompressed_ = true;
   X_.erase(X_.begin(), X_.begin() + skip * hc_ * d_);
   pre_in.erase(pre_in.begin(), pre_in.begin() + skip * hc_);

@@ -31,14 +31,38 @@ void Prefill::set_replay_tokens(int64_t k) {
   opt_.decoder_replay_tokens = k;
 }
 
+KvRows& Prefill::window(int64_t L) {
+  DSINFER_CHECK(c_.sliding_window >= 1, "V4.1 prefill: sliding window of ", c_.sliding_window);
+  const RowCodec codec = opt_.qdq ? RowCodec::kFp8E8m0 : RowCodec::kFp32;
+  return windows_.try_emplace(L, c_.head_dim, codec, c_.sliding_window - 1).first->second;
+}
+
+Prefill::KvSource& Prefill::source(int64_t L, int64_t ratio) {
+  auto [it, made] = sources_.try_emplace(L);
+  if (made) {
+    it->second.ratio = ratio;
+    it->second.ckv = KvRows(c_.head_dim, opt_.qdq ? RowCodec::kFp4E4m3 : RowCodec::kFp32);
+  }
+  return it->second;
+}
+
 StoredKv Prefill::stored() const {
   StoredKv out;
-  out.window = windows_;
+  for (const auto& [L, w] : windows_) out.window[L] = w.decode(0, w.size());
   for (const auto& [L, src] : sources_) {
-    out.compressed[L] = src.ckv;
+    out.compressed[L] = src.ckv.decode(0, src.G);
     out.index_keys[L] = src.ik;
   }
   return out;
+}
+
+int64_t Prefill::state_bytes() const {
+  auto bytes = [](const auto& v) { return static_cast<int64_t>(v.size() * sizeof(v[0])); };
+  int64_t b = bytes(ids_) + bytes(cid_);
+  for (const auto& [L, w] : windows_) b += w.bytes();
+  for (const auto& [L, src] : sources_) b += bytes(src.u) + bytes(src.g) + src.ckv.bytes() + bytes(src.ik);
+  for (const Vec& tap : taps_) b += bytes(tap);
+  return b;
 }
 
 // §3.4 rollback: the state of the first len positions (every cache here keeps its whole history).
@@ -54,12 +78,15 @@ void Prefill::truncate(int64_t len) {
   const int64_t hd = c_.head_dim, ixd = c_.index_head_dim;
   ids_.resize(static_cast<size_t>(len));
   cid_.resize(std::min(cid_.size(), static_cast<size_t>(len)));
-  for (auto& [L, w] : windows_) w.resize(static_cast<size_t>(len * hd));
+  for (auto& [L, w] : windows_) {
+    w.pad_to(len);  // as the forward does: zero rows where a decoder replay skipped positions
+    w.truncate(len);
+  }
   for (auto& [L, src] : sources_) {
     src.u.resize(static_cast<size_t>(len * hd));
     if (!src.g.empty()) src.g.resize(static_cast<size_t>(len * hd));
     src.G = len / src.ratio;
-    src.ckv.resize(static_cast<size_t>(src.G * hd));
+    src.ckv.truncate(src.G);
     src.ik.resize(static_cast<size_t>(src.G * ixd));
   }
   for (Vec& tap : taps_) tap.resize(static_cast<size_t>(len * d_));
@@ -92,7 +119,7 @@ StateRange Prefill::export_range(int64_t begin, int64_t end) const {
     }
     return r;
   }
-  for (const auto& [L, w] : windows_) r.windows.push_back(slice(w, begin, end, hd));
+  for (const auto& [L, w] : windows_) r.windows.push_back(w.decode(begin, end));
   for (const auto& [L, src] : sources_) {
     // An open group (inputs only) may end the range only where the sequence ends.
     DSINFER_CHECK(begin % src.ratio == 0 && (end % src.ratio == 0 || end == length()), "V4.1 sequence: range [", begin,
@@ -102,7 +129,7 @@ StateRange Prefill::export_range(int64_t begin, int64_t end) const {
     s.ratio = src.ratio;
     s.u = slice(src.u, begin, end, hd);
     if (!src.g.empty()) s.g = slice(src.g, begin, end, hd);
-    s.ckv = slice(src.ckv, begin / src.ratio, end / src.ratio, hd);
+    s.ckv = src.ckv.decode(begin / src.ratio, end / src.ratio);
     s.ik = slice(src.ik, begin / src.ratio, end / src.ratio, ixd);
     r.sources.push_back(std::move(s));
   }
@@ -119,15 +146,13 @@ void Prefill::append_range(const StateRange& r) {
   ids_.insert(ids_.end(), r.ids.begin(), r.ids.end());
   if (c_.engram) cid_.insert(cid_.end(), r.cid.begin(), r.cid.end());
   for (int64_t L = 0; L < c_.num_hidden_layers; ++L) {
-    Vec& w = windows_[L];
-    w.insert(w.end(), r.windows[L].begin(), r.windows[L].end());
+    window(L).append_stored(r.windows[L].data(), r.size());
   }
   for (const StateRange::Source& s : r.sources) {
-    KvSource& src = sources_[s.layer];
-    src.ratio = s.ratio;
+    KvSource& src = source(s.layer, s.ratio);
     src.u.insert(src.u.end(), s.u.begin(), s.u.end());
     src.g.insert(src.g.end(), s.g.begin(), s.g.end());
-    src.ckv.insert(src.ckv.end(), s.ckv.begin(), s.ckv.end());
+    src.ckv.append_stored(s.ckv.data(), static_cast<int64_t>(s.ckv.size()) / c_.head_dim);
     src.ik.insert(src.ik.end(), s.ik.begin(), s.ik.end());
     src.G = r.end / s.ratio;
   }

@@ -104,11 +104,12 @@ class EngineV41 : public ::testing::Test {
   static const model::Checkpoint& ck() { return *ck_; }
   static const v41::EngramTokenMap* map() { return map_; }
 
-  // Per position (tiny_v41.json): 10 layers' window KV (128 floats), kv sources 2, 4 (ratio 2: inputs
-  // and gates) and 6, 8 (ratio 1), 3 DSpark taps of 128, the token id and its Engram compressed id.
+  // Per position (tiny_v41.json): 10 layers' window KV (128 floats), 3 DSpark taps of 128, the token id
+  // and its Engram compressed id; kv sources 2, 4 (ratio 2) keep inputs and gates of the even positions
+  // (64 per block), 6, 8 (ratio 1) none.
   static void expect_model_layout(const ModelInfo& i) {
     EXPECT_TRUE(i.supports_replay);
-    const int64_t per_block = 128 * (10 * 128 + 2 * (2 * 128) + 2 * 128 + 3 * 128) * 4 + 128 * (4 + 8) +
+    const int64_t per_block = 128 * (10 * 128 + 3 * 128) * 4 + 2 * 64 * (2 * 128) * 4 + 128 * (4 + 8) +
                               2 * 64 * (128 + 64) * 4 + 2 * 128 * (128 + 64) * 4;
     EXPECT_GE(i.block_bytes, per_block);
     EXPECT_LT(i.block_bytes, per_block + 1024);
@@ -450,6 +451,14 @@ TEST_F(EngineV41, BlockBytesRoundTripAndCorruptionIsRefused) {
   auto bad_magic = bytes[0];
   bad_magic[0] ^= 1;
   EXPECT_THROW(runner()->import_block(0, bad_magic), core::Error);
+  auto version1 = bytes[0];  // the version after the magic: 1 held every position's compressor inputs
+  version1[8] = 1;
+  try {
+    runner()->import_block(0, version1);
+    ADD_FAILURE() << "version 1 bytes accepted";
+  } catch (const core::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("version 1"), std::string::npos) << e.what();
+  }
 }
 
 // Bytes that pass the checksum are still checked: a range of another shape or another layout is refused.

@@ -12,7 +12,8 @@ namespace {
 namespace v41 = model::deepseek_v41;
 
 constexpr char kMagic[8] = {'D', 'S', 'V', '4', '1', 'S', 'T', '\0'};
-constexpr uint32_t kVersion = 1;
+// 2: ratio-2 compressor inputs of the even positions only, ratio-1 none (version 1 had every position's).
+constexpr uint32_t kVersion = 2;
 // magic, version, kind, layout hash, index, payload length, payload checksum.
 constexpr size_t kHeader = 8 + 4 + 4 + 8 + 8 + 8 + 8;
 
@@ -109,7 +110,8 @@ v41::StateRange decode_v41_state(std::span<const uint8_t> bytes, V41StateKind ki
   DSINFER_CHECK(std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0, "V4.1 state bytes: bad magic");
   Reader h(bytes.subspan(sizeof kMagic, kHeader - sizeof kMagic));
   const auto version = h.get<uint32_t>();
-  DSINFER_CHECK(version == kVersion, "V4.1 state bytes: version ", version, ", this build reads ", kVersion);
+  DSINFER_CHECK(version == kVersion, "V4.1 state bytes: version ", version, ", this build reads ", kVersion,
+                version < kVersion ? " (older bytes keep another state layout: recompute the state)" : "");
   const auto got_kind = h.get<uint32_t>();
   DSINFER_CHECK(got_kind == static_cast<uint32_t>(kind), "V4.1 state bytes: kind ", got_kind, ", expected ",
                 static_cast<uint32_t>(kind));

@@ -80,11 +80,13 @@ class Prefill {
     std::vector<double> pre, post, comb;  // [T, hc], [T, hc], [T, hc, hc]
   };
 
-  // A kv source's state (§3.1). u and g keep the compressor inputs of every position (not only the
-  // ratio-2 tail) so that a rollback to any length finds its tail.
+  // A kv source's state (§3.1). Compressor inputs only where a later chunk reads them: a ratio-2
+  // group open at a chunk's start began at the even position before it, so u and g keep every even
+  // position (a rollback to any odd length finds its open group's first row); a ratio-1 entry is made
+  // by its own position, in its chunk, so nothing is kept.
   struct KvSource {
     int64_t ratio = 0;
-    Vec u, g;    // [n, hd]: compressor wkv and (ratio 2) wgate rows
+    Vec u, g;    // ratio 2: compressor wkv and wgate rows of the even positions [(n + 1) / 2, hd]
     KvRows ckv;  // [G, hd], FP4 with E4M3 scales (QDQ on)
     Vec ik;      // [G, index_dim]
     int64_t G = 0;

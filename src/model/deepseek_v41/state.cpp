@@ -83,8 +83,9 @@ void Prefill::truncate(int64_t len) {
     w.truncate(len);
   }
   for (auto& [L, src] : sources_) {
-    src.u.resize(static_cast<size_t>(len * hd));
-    if (!src.g.empty()) src.g.resize(static_cast<size_t>(len * hd));
+    const int64_t kept = src.ratio == 2 ? (len + 1) / 2 : 0;  // the even positions' inputs
+    src.u.resize(static_cast<size_t>(kept * hd));
+    src.g.resize(static_cast<size_t>(kept * hd));
     src.G = len / src.ratio;
     src.ckv.truncate(src.G);
     src.ik.resize(static_cast<size_t>(src.G * ixd));
@@ -127,8 +128,10 @@ StateRange Prefill::export_range(int64_t begin, int64_t end) const {
     StateRange::Source s;
     s.layer = L;
     s.ratio = src.ratio;
-    s.u = slice(src.u, begin, end, hd);
-    if (!src.g.empty()) s.g = slice(src.g, begin, end, hd);
+    if (src.ratio == 2) {  // begin is even: the even positions' rows begin / 2 ..
+      s.u = slice(src.u, begin / 2, (end + 1) / 2, hd);
+      s.g = slice(src.g, begin / 2, (end + 1) / 2, hd);
+    }
     s.ckv = src.ckv.decode(begin / src.ratio, end / src.ratio);
     s.ik = slice(src.ik, begin / src.ratio, end / src.ratio, ixd);
     r.sources.push_back(std::move(s));

@@ -49,8 +49,9 @@ void check_state_range(const ModelConfig& c, const StateRange& r) {
     DSINFER_CHECK(r.begin % src.ratio == 0, "V4.1 state range: [", r.begin, ", ", r.end, ") splits a ratio-",
                   src.ratio, " group at its start");
     const int64_t groups = r.end / src.ratio - r.begin / src.ratio;
-    check_size(src.u.size(), n * hd, "compressor inputs", L);
-    check_size(src.g.size(), src.ratio == 2 ? n * hd : 0, "compressor gates", L);
+    const int64_t inputs = src.ratio == 2 ? (n + 1) / 2 : 0;  // begin even: its even positions
+    check_size(src.u.size(), inputs * hd, "compressor inputs", L);
+    check_size(src.g.size(), inputs * hd, "compressor gates", L);
     check_size(src.ckv.size(), groups * hd, "compressed KV", L);
     check_size(src.ik.size(), groups * ixd, "index keys", L);
   }
@@ -66,7 +67,7 @@ int64_t state_range_bytes(const ModelConfig& c, int64_t n) {
     const LayerRoles& roles = c.layer_roles(L);
     if (roles.dspark_target) b += n * c.hidden_size * f;
     if (!roles.owns_compressor) continue;
-    b += n * hd * f * (roles.ratio == 2 ? 2 : 1);
+    if (roles.ratio == 2) b += (n + 1) / 2 * hd * f * 2;
     b += n / roles.ratio * (hd + ixd) * f;
   }
   return b;

@@ -12,12 +12,15 @@
 namespace dsinfer::model::deepseek_v41 {
 
 struct StateRange {
-  // A kv-source layer's share: compressor inputs of the range's positions and the compressed entries
-  // (KV and index keys) those positions complete. begin is a multiple of the ratio; end may cut a
-  // ratio-2 group only where the sequence ends (its inputs are kept, its entry is not made yet).
+  // A kv-source layer's share: the compressor inputs a sequence keeps of the range's positions and the
+  // compressed entries (KV and index keys) those positions complete. begin is a multiple of the
+  // ratio; end may cut a ratio-2 group only where the sequence ends (its inputs are kept, its entry
+  // is not made yet).
   struct Source {
     int64_t layer = 0, ratio = 0;
-    std::vector<float> u, g;  // [n, head_dim]: compressor wkv rows, wgate rows (ratio 2 only)
+    // Ratio 2: compressor wkv and wgate rows of the even positions [(n + 1) / 2, head_dim] (a group's
+    // first row: what an open group, after a rollback to any odd length, needs); ratio 1: none.
+    std::vector<float> u, g;
     std::vector<float> ckv;   // [n / ratio, head_dim]
     std::vector<float> ik;    // [n / ratio, index_head_dim]
   };

@@ -151,7 +151,7 @@ int64_t bytes_per_position(const ModelConfig& c, bool qdq, int64_t n) {
     const LayerRoles& r = c.layer_roles(L);
     if (r.dspark_target) b += n * c.hidden_size * 4;
     if (!r.owns_compressor) continue;
-    b += n * hd * 4 * (r.ratio == 2 ? 2 : 1);  // compressor inputs u (and g)
+    if (r.ratio == 2) b += (n + 1) / 2 * hd * 4 * 2;  // compressor inputs u and g of the even positions
     b += n / r.ratio * (qdq ? hd / 2 + hd / 16 : hd * 4);  // compressed KV: FP4 codes + an E4M3 scale per 16
     b += n / r.ratio * ixd * 4;                              // index keys
   }
@@ -197,6 +197,33 @@ TEST(CompactStateV41, RollbackIntoAnOlderWindowContinuesBitwise) {
       }
     }
     EXPECT_EQ(seq.stored_kv().window, one.stored_kv().window) << "qdq " << qdq;
+  }
+}
+
+// Ranges keep what the sequence keeps (ratio-2 inputs of the even positions, compact caches decoded):
+// a sequence rebuilt from [0, 20) and [20, 41) (an open ratio-2 group at the end), then rolled back to
+// an odd length inside the second range, decodes the one-pass rows bit for bit.
+TEST(CompactStateV41, RangesAndRollbackToAnOddLengthContinueBitwise) {
+  TempDir dir;
+  auto ck = small_v41_checkpoint(dir, 3);
+  const EngramTokenMap map = load_engram_token_map(ck->dir(), ck->config());
+  const int64_t V = ck->config().vocab_size;
+  const std::vector<int32_t> ids = v41_prompt(48);
+  Sequence one(*ck, &map);
+  const std::vector<float> full = one.forward(ids);
+  Sequence src(*ck, &map);
+  src.forward(std::vector<int32_t>(ids.begin(), ids.begin() + 41));
+  Sequence rebuilt(*ck, &map);
+  rebuilt.append_range(src.export_range(0, 20));
+  rebuilt.append_range(src.export_range(20, 41));
+  EXPECT_EQ(rebuilt.state_bytes(), src.state_bytes());
+  for (const int64_t from : {41, 33}) {
+    rebuilt.truncate(from);
+    for (int64_t p = from; p < 48; ++p) {
+      const std::vector<float> row = rebuilt.forward({ids[p]});
+      ASSERT_TRUE(same_bits(row, std::vector<float>(full.begin() + p * V, full.begin() + (p + 1) * V)))
+          << "from " << from << " position " << p;
+    }
   }
 }
 

@@ -151,10 +151,16 @@ Vec Prefill::attend_rows(int64_t L, Rows in) {
     }
     sel = &selections_.at(r.index_source);
   }
+  // Compressed entries in fp32 for the selections: decoded once for the chunk where its rows select
+  // more entries than there are (a prefill), else each row's decoded on read (decode).
+  Vec entries;
+  if (sel && !src->ckv.fp32() && T_ * c_.index_topk >= src->G) entries = src->ckv.decode(0, src->G);
   return attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys, Vec& rows) {
     const int64_t pos = pos0_ + t;
     for (int64_t j = std::max<int64_t>(lo, pos - W + 1); j <= pos; ++j) keys.push_back(window.row(j));
-    if (sel) {  // the selected compressed entries, decoded (QDQ on)
+    if (sel && !entries.empty()) {
+      for (int64_t g : (*sel)[t]) keys.push_back(entries.data() + g * hd);
+    } else if (sel) {
       rows.resize((*sel)[t].size() * hd);
       float* room = rows.data();
       for (int64_t g : (*sel)[t]) {

@@ -25,6 +25,7 @@ class KvRows {
   KvRows(int64_t dim, RowCodec codec, int64_t keep = -1);
 
   int64_t size() const { return n_; }
+  bool fp32() const { return codec_ == RowCodec::kFp32; }
   // Appends n rows [n, dim] as computed: stores their QDQ (compact codecs) or themselves (kFp32).
   void append(const float* rows, int64_t n);
   // Appends rows already QDQ'd (a state range's decoded rows), stored exactly (throws if not on the grid).

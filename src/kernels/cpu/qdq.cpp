@@ -87,14 +87,17 @@ void fp4_block_encode(const float* x, int64_t n, int64_t block, uint8_t* packed,
   }
 }
 
+void fp4_decode_scaled(const uint8_t* packed, int64_t n, float s, float* y) {
+  for (int64_t i = 0; i < n; i += 2) {
+    const uint8_t byte = packed[i / 2];
+    y[i] = core::fp4_e2m1_to_float(byte & 0xF) * s;
+    y[i + 1] = core::fp4_e2m1_to_float(byte >> 4) * s;
+  }
+}
+
 void fp4_block_decode(const uint8_t* packed, const uint8_t* scales, int64_t n, int64_t block, float* y) {
   for (int64_t b = 0; b < n; b += block) {
-    const float s = core::e8m0_to_float(scales[b / block]);
-    for (int64_t i = b; i < b + block; i += 2) {
-      const uint8_t byte = packed[i / 2];
-      y[i] = core::fp4_e2m1_to_float(byte & 0xF) * s;
-      y[i + 1] = core::fp4_e2m1_to_float(byte >> 4) * s;
-    }
+    fp4_decode_scaled(packed + b / 2, block, core::e8m0_to_float(scales[b / block]), y + b);
   }
 }
 

@@ -16,6 +16,8 @@ void fp8_block_decode_scalar(const uint8_t* codes, const uint8_t* scales, int64_
 // FP4 E2M1 codes packed two per byte (element 2c low nibble) + one E8M0 scale per `block` values.
 void fp4_block_encode(const float* x, int64_t n, int64_t block, uint8_t* packed, uint8_t* scales);
 void fp4_block_decode(const uint8_t* packed, const uint8_t* scales, int64_t n, int64_t block, float* y);
+// n packed FP4 E2M1 codes times one scale s (a block of any scale format, e.g. V4.1's E4M3 ones).
+void fp4_decode_scaled(const uint8_t* packed, int64_t n, float s, float* y);
 
 // Quantize-dequantize in place (the reference's activation quantization in front of FP8/FP4 GEMMs,
 // block 128, and its in-place QDQ of KV / indexer vectors).

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/dtypes.h"
+#include "kernels/cpu/qdq.h"
 
 namespace dsinfer::model::deepseek_v41::detail {
 
@@ -93,12 +94,8 @@ void fp4_e4m3_scale_encode(const float* v, int64_t n, uint8_t* packed, uint8_t* 
 
 void fp4_e4m3_scale_decode(const uint8_t* packed, const uint8_t* scales, int64_t n, float* y) {
   for (int64_t b = 0; b < n; b += kCkvScaleBlock) {
-    const float s = core::fp8_e4m3_to_float(scales[b / kCkvScaleBlock]);
-    for (int64_t i = b; i < b + kCkvScaleBlock; i += 2) {
-      const uint8_t byte = packed[i / 2];
-      y[i] = core::fp4_e2m1_to_float(byte & 0xF) * s;
-      y[i + 1] = core::fp4_e2m1_to_float(byte >> 4) * s;
-    }
+    kernels::fp4_decode_scaled(packed + b / 2, kCkvScaleBlock, core::fp8_e4m3_to_float(scales[b / kCkvScaleBlock]),
+                               y + b);
   }
 }
 

@@ -32,18 +32,17 @@ void Prefill::attend_double(const float* q, const std::vector<const float*>& key
 }
 
 // Sink attention (§2.9) of every row n of q [T, nh, hd], all heads attending the same keys, which
-// keys_of(n, keys, rows) appends (returning row n's position; rows: room for keys it decodes, kept
-// until the next call); then the inverse RoPE of each head's output.
+// keys_of(n, keys) appends (returning row n's position); then the inverse RoPE of each head's output.
 template <class KeysOf>
 Vec Prefill::attend(const Vec& q, const Vec& sink, const std::vector<float>& f, KeysOf keys_of) {
   const int64_t nh = c_.num_attention_heads, hd = c_.head_dim, rd = c_.qk_rope_head_dim;
   Vec o(static_cast<size_t>(T_ * nh * hd));
   pool_.parallel_for(T_, 1, [&](int64_t b, int64_t e) {
     std::vector<const float*> keys;
-    Vec scratch, rows;
+    Vec scratch;
     for (int64_t n = b; n < e; ++n) {
       keys.clear();
-      const int64_t pos = keys_of(n, keys, rows);
+      const int64_t pos = keys_of(n, keys);
       scratch.resize(static_cast<size_t>(nh) * (keys.size() + 1));
       if (opt_.double_accumulation) {
         attend_double(q.data() + n * nh * hd, keys, sink, o.data() + n * nh * hd);
@@ -151,25 +150,33 @@ Vec Prefill::attend_rows(int64_t L, Rows in) {
     }
     sel = &selections_.at(r.index_source);
   }
-  // Compressed entries in fp32 for the selections: decoded once for the chunk where its rows select
-  // more entries than there are (a prefill), else each row's decoded on read (decode).
-  Vec entries;
-  if (sel && !src->ckv.fp32() && T_ * c_.index_topk >= src->G) entries = src->ckv.decode(0, src->G);
-  return attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys, Vec& rows) {
+  // The selected compressed entries in fp32 (QDQ on: decoded here, into a buffer kept across calls):
+  // all G once where the rows select more than there are (a prefill), else each row's selection.
+  const bool decoded = sel && !src->ckv.fp32(), all = T_ * c_.index_topk >= (src ? src->G : 0);
+  if (decoded) {
+    Vec& e = ckv_rows_;
+    e.resize(static_cast<size_t>((all ? src->G : T_ * c_.index_topk) * hd));
+    if (all) src->ckv.decode(0, src->G, e.data());
+    for (int64_t t = 0; t < T_ && !all; ++t) {
+      for (size_t i = 0; i < (*sel)[t].size(); ++i) {
+        const int64_t g = (*sel)[t][i];
+        src->ckv.decode(g, g + 1, e.data() + (t * c_.index_topk + static_cast<int64_t>(i)) * hd);
+      }
+    }
+  }
+  Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t t, std::vector<const float*>& keys) {
     const int64_t pos = pos0_ + t;
     for (int64_t j = std::max<int64_t>(lo, pos - W + 1); j <= pos; ++j) keys.push_back(window.row(j));
-    if (sel && !entries.empty()) {
-      for (int64_t g : (*sel)[t]) keys.push_back(entries.data() + g * hd);
-    } else if (sel) {
-      rows.resize((*sel)[t].size() * hd);
-      float* room = rows.data();
-      for (int64_t g : (*sel)[t]) {
-        keys.push_back(src->ckv.read(g, room));
-        room += hd;
-      }
+    for (size_t i = 0; sel && i < (*sel)[t].size(); ++i) {
+      const int64_t g = (*sel)[t][i];
+      keys.push_back(!decoded ? src->ckv.row(g)
+                     : all    ? ckv_rows_.data() + g * hd
+                              : ckv_rows_.data() + (t * c_.index_topk + static_cast<int64_t>(i)) * hd);
     }
     return pos;
   });
+  if (ckv_rows_.size() > static_cast<size_t>(kKeptRows * hd)) Vec().swap(ckv_rows_);  // a long prefill's: not kept
+  return o;
 }
 
 // Grouped low-rank output: group g's o_lora rows of wo_a act on its nh/G heads; then wo_b.
@@ -207,7 +214,7 @@ Vec Prefill::stage_attention(int64_t L, const Vec& a) {
     block_kv_[static_cast<size_t>(s)] = kv;
   }
   const Vec& ring = rings_[static_cast<size_t>(s)];
-  const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys, Vec&) {
+  const Vec o = attend(q, w_.vec(p + "attn_sink"), f, [&](int64_t n, std::vector<const float*>& keys) {
     const int64_t round = round0_ + n / B;  // rings hold positions ring0_ .. ring0_ + ring_len_ - 1
     for (int64_t j = std::max<int64_t>(ring0_, round - W + 1); j <= round && j < ring0_ + ring_len_; ++j) {
       keys.push_back(ring.data() + (j - ring0_) * hd);

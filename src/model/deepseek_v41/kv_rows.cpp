@@ -100,12 +100,6 @@ const float* KvRows::row(int64_t i) const {
   return recent_.data() + (i - r0_) * dim_;
 }
 
-const float* KvRows::read(int64_t i, float* scratch) const {
-  if (codec_ == RowCodec::kFp32 || (keep_ >= 0 && i >= r0_)) return row(i);
-  decode(i, i + 1, scratch);
-  return scratch;
-}
-
 void KvRows::decode(int64_t begin, int64_t end, float* out) const {
   DSINFER_CHECK(begin >= 0 && begin <= end && end <= n_, "V4.1 cache rows: [", begin, ", ", end, ") of ", n_);
   if (codec_ == RowCodec::kFp32) {

@@ -35,8 +35,6 @@ class KvRows {
   void truncate(int64_t n);
   // Row i in fp32: kFp32, or within the recent copy.
   const float* row(int64_t i) const;
-  // Row i in fp32 wherever it is: row(i) when held in fp32, else decoded into scratch [dim].
-  const float* read(int64_t i, float* scratch) const;
   // Rows [begin, end) decoded into out [end - begin, dim].
   void decode(int64_t begin, int64_t end, float* out) const;
   std::vector<float> decode(int64_t begin, int64_t end) const;

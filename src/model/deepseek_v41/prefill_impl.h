@@ -172,6 +172,7 @@ class Prefill {
   Vec X_;                           // [T, hc, d]
   Vec Xn_;                          // hc_post's new streams, swapped with X_
   Vec attn_q_, attn_o_;             // a batch's attention queries and output [T, nh * hd] (attention())
+  Vec ckv_rows_;                    // the selected compressed entries decoded (attend_rows)
   layers::ExpertScratch experts_;   // the expert stage's (moe_shared_stage)
   std::vector<Segment> segs_;       // the sequences whose rows X_ holds (this one alone, or a batch's)
   std::vector<int64_t> cid_;        // compressed ids of every position

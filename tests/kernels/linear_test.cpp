@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -421,6 +422,42 @@ TEST(Linear, ForwardManyEqualsSeparateForwards) {
     const int64_t M = static_cast<int64_t>(xs[i].size()) / lins[i].cols();
     expect_bitwise_equal(ys[i].data(), refs[i].data(), M, lins[i].rows(), lins[i].rows(), lins[i].rows(),
                          core::str_cat("call ", i));
+  }
+}
+
+// Extra tasks (the int8 experts next to the shared expert's products) join the products' region: each
+// runs exactly once, the products keep their bitwise results, and the whole is one parallel region;
+// also with extra tasks alone and with a single task (inline, no region).
+TEST(Linear, ForwardManyRunsExtraTasksOnceInTheSameRegion) {
+  core::ThreadPool pool(3);
+  uint32_t seed = 90;
+  std::vector<TestWeight> ws;
+  std::vector<Linear> lins;
+  for (WeightFormat f : kFormats) ws.push_back(make_weight(f, 96, 256, ++seed));
+  for (const auto& w : ws) lins.emplace_back(w.view);
+  std::vector<std::vector<float>> xs, ys, refs;
+  std::vector<LinearCall> calls;
+  for (size_t i = 0; i < lins.size(); ++i) {
+    xs.push_back(make_x(2, 256, ++seed));
+    ys.emplace_back(2 * 96);
+    refs.emplace_back(2 * 96);
+    lins[i].forward(xs[i].data(), 2, 256, refs[i].data(), 96, nullptr);
+  }
+  for (size_t i = 0; i < lins.size(); ++i) calls.push_back({&lins[i], xs[i].data(), 2, 256, ys[i].data(), 96});
+  for (const int64_t n_extra : {int64_t{1}, int64_t{37}}) {
+    for (const bool with_products : {true, false}) {
+      std::vector<std::atomic<int>> ran(static_cast<size_t>(n_extra));
+      for (auto& y : ys) std::fill(y.begin(), y.end(), 0.0f);
+      const std::span<const LinearCall> products = with_products ? std::span<const LinearCall>(calls) : std::span<const LinearCall>();
+      const uint64_t regions = pool.regions();
+      linear_forward_many(products, &pool, n_extra, [&](int64_t t) { ran[static_cast<size_t>(t)].fetch_add(1); });
+      const std::string what = core::str_cat("extra=", n_extra, " products=", with_products);
+      EXPECT_EQ(pool.regions() - regions, with_products || n_extra > 1 ? 1u : 0u) << what;
+      for (int64_t t = 0; t < n_extra; ++t) EXPECT_EQ(ran[static_cast<size_t>(t)].load(), 1) << what << " task " << t;
+      if (!with_products) continue;
+      for (size_t i = 0; i < lins.size(); ++i)
+        expect_bitwise_equal(ys[i].data(), refs[i].data(), 2, 96, 96, 96, core::str_cat(what, " call ", i));
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -142,6 +143,33 @@ void expect_bitwise_equal(const float* a, const float* b, int64_t M, int64_t N, 
 }
 
 const WeightFormat kFormats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kFP8, WeightFormat::kFP4};
+
+// One rows x cols product of every format, the i-th on 1 + i * m_step rows of x, each one's result on
+// the calling thread alone as its reference, and the LinearCalls that write ys (for linear_forward_many).
+struct ProductBatch {
+  std::vector<TestWeight> ws;
+  std::vector<Linear> lins;
+  std::vector<std::vector<float>> xs, ys, refs;
+  std::vector<LinearCall> calls;
+  ProductBatch(int64_t rows, int64_t cols, int64_t m_step, uint32_t& seed) {
+    for (WeightFormat f : kFormats) ws.push_back(make_weight(f, rows, cols, ++seed));
+    for (const auto& w : ws) lins.emplace_back(w.view);
+    for (size_t i = 0; i < lins.size(); ++i) {
+      const int64_t M = 1 + static_cast<int64_t>(i) * m_step;
+      xs.push_back(make_x(M, cols, ++seed));
+      ys.emplace_back(M * rows);
+      refs.emplace_back(M * rows);
+      lins[i].forward(xs[i].data(), M, cols, refs[i].data(), rows, nullptr);
+      calls.push_back({&lins[i], xs[i].data(), M, cols, ys[i].data(), rows});
+    }
+  }
+  void expect_results(const std::string& what) const {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const int64_t rows = calls[i].ldy;
+      expect_bitwise_equal(ys[i].data(), refs[i].data(), calls[i].M, rows, rows, rows, core::str_cat(what, " call ", i));
+    }
+  }
+};
 
 std::string name_of(WeightFormat f, int64_t rows, int64_t cols, int64_t M) {
   return core::str_cat(weight_format_name(f), " ", rows, "x", cols, " M=", M);
@@ -424,6 +452,29 @@ TEST(Linear, ForwardManyEqualsSeparateForwards) {
   }
 }
 
+// Extra tasks (the int8 experts next to the shared expert's products) join the products' region: each
+// runs exactly once, the products keep their bitwise results, and the whole is one parallel region;
+// also with extra tasks alone and with a single task (inline, no region).
+TEST(Linear, ForwardManyRunsExtraTasksOnceInTheSameRegion) {
+  core::ThreadPool pool(3);
+  uint32_t seed = 90;
+  ProductBatch batch(96, 256, 1, seed);
+  for (const int64_t n_extra : {int64_t{1}, int64_t{37}}) {
+    for (const bool with_products : {true, false}) {
+      std::vector<std::atomic<int>> ran(static_cast<size_t>(n_extra));
+      for (auto& y : batch.ys) std::fill(y.begin(), y.end(), 0.0f);
+      const std::span<const LinearCall> products =
+          with_products ? std::span<const LinearCall>(batch.calls) : std::span<const LinearCall>();
+      const uint64_t regions = pool.regions();
+      linear_forward_many(products, &pool, n_extra, [&](int64_t t) { ran[static_cast<size_t>(t)].fetch_add(1); });
+      const std::string what = core::str_cat("extra=", n_extra, " products=", with_products);
+      EXPECT_EQ(pool.regions() - regions, with_products || n_extra > 1 ? 1u : 0u) << what;
+      for (int64_t t = 0; t < n_extra; ++t) EXPECT_EQ(ran[static_cast<size_t>(t)].load(), 1) << what << " task " << t;
+      if (with_products) batch.expect_results(what);
+    }
+  }
+}
+
 // A pool of many more threads than cores (sized for a 64+ core server): products split into more
 // tasks than there are rows to share, and tasks run preempted in any order; the result must still be
 // bitwise that of the calling thread alone, on every target and format, for one product and a batch.
@@ -451,27 +502,9 @@ TEST(Linear, MoreThreadsThanCoresGiveBitwiseTheSameResult) {
       if (HasFailure()) return;
     }
     // A batch of products in one region (the MoE's experts), split over the same many threads.
-    std::vector<TestWeight> ws;
-    std::vector<Linear> lins;
-    for (WeightFormat f : kFormats) ws.push_back(make_weight(f, 272, 128, ++seed));
-    for (const auto& w : ws) lins.emplace_back(w.view);
-    std::vector<std::vector<float>> xs, ys, refs;
-    std::vector<LinearCall> calls;
-    for (size_t i = 0; i < lins.size(); ++i) {
-      const int64_t M = 1 + static_cast<int64_t>(i) * 3;
-      xs.push_back(make_x(M, 128, ++seed));
-      ys.emplace_back(M * 272);
-      refs.emplace_back(M * 272);
-      lins[i].forward(xs[i].data(), M, 128, refs[i].data(), 272, nullptr);
-    }
-    for (size_t i = 0; i < lins.size(); ++i) {
-      calls.push_back({&lins[i], xs[i].data(), 1 + static_cast<int64_t>(i) * 3, 128, ys[i].data(), 272});
-    }
-    linear_forward_many(calls, &pool);
-    for (size_t i = 0; i < lins.size(); ++i) {
-      expect_bitwise_equal(ys[i].data(), refs[i].data(), calls[i].M, 272, 272, 272,
-                           core::str_cat(target.name, " forward_many call ", i));
-    }
+    ProductBatch batch(272, 128, 3, seed);
+    linear_forward_many(batch.calls, &pool);
+    batch.expect_results(core::str_cat(target.name, " forward_many"));
   }
 }
 

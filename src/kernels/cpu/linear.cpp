@@ -448,6 +448,12 @@ void Linear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t l
 }
 
 void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool) {
+  linear_forward_many(calls, pool, 0, {});
+}
+
+void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool, int64_t n_extra,
+                         const std::function<void(int64_t)>& extra) {
+  DSINFER_CHECK(n_extra >= 0 && (n_extra == 0 || extra), "linear_forward_many: extra tasks without a function");
   struct Planned {
     const LinearCall* call;
     Split split;
@@ -472,7 +478,7 @@ void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* po
     plan.push_back({&c, s, tasks, nullptr});
     tasks += s.tasks();
   }
-  if (tasks == 0) return;
+  if (tasks + n_extra == 0) return;
   // x of the prefill-sized FP8 bf16-dot products converted once, shared by the products of one x.
   std::deque<RowBlocks> converted;
   for (Planned& p : plan) {
@@ -484,17 +490,22 @@ void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* po
                                       : converted.emplace_back(*c.linear->packed_->fp8bf16, c.x, c.M, c.ldx).data();
   }
   auto task = [&](int64_t t, int) {
+    if (t < n_extra) {
+      extra(t);
+      return;
+    }
+    t -= n_extra;
     auto it = std::upper_bound(plan.begin(), plan.end(), t,
                                [](int64_t v, const Planned& p) { return v < p.first_task; });
     const Planned& p = *(it - 1);
     const LinearCall& c = *p.call;
     run_task(*c.linear->packed_, p.split, t - p.first_task, c.x, c.M, c.ldx, c.y, c.ldy, p.xblocks);
   };
-  if (pool == nullptr || tasks == 1) {
-    for (int64_t t = 0; t < tasks; ++t) task(t, 0);
+  if (pool == nullptr || tasks + n_extra == 1) {
+    for (int64_t t = 0; t < tasks + n_extra; ++t) task(t, 0);
     return;
   }
-  pool->run(tasks, task);
+  pool->run(tasks + n_extra, task);
 }
 
 }  // namespace dsinfer::kernels

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -94,7 +95,8 @@ class Linear {
   struct Packed;
 
  private:
-  friend void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool);
+  friend void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool, int64_t n_extra,
+                                  const std::function<void(int64_t)>& extra);
   WeightView view_;
   std::unique_ptr<Packed> packed_;
 };
@@ -113,6 +115,12 @@ struct LinearCall {
 // projections that share one input) in one parallel region: one fork/join instead of one per product.
 // Each product gives bitwise the result of its own Linear::forward. pool == nullptr: calling thread.
 void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool);
+// The same region also runs extra(t) for t < n_extra, claimed before the products' tasks: other
+// independent work of the same phase (e.g. the int8 routed experts next to the shared expert's
+// products) joins it instead of paying a fork/join and a tail of its own. Each extra task runs on one
+// thread, so its result does not depend on the thread count either.
+void linear_forward_many(std::span<const LinearCall> calls, core::ThreadPool* pool, int64_t n_extra,
+                         const std::function<void(int64_t)>& extra);
 
 // The plain scalar oracle for Linear::forward (fp32, k ascending, product and sum rounded separately).
 void linear_reference(const WeightView& w, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy);

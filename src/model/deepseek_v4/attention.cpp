@@ -26,8 +26,8 @@ struct SeqPlan {
   int64_t win_lo = 0;       // first window position decoded
   int64_t win_rows = 0;
   int64_t comp_rows = 0;    // decoded compressed entries
-  size_t win_offset = 0;    // float offsets into the decoded buffer
-  size_t comp_offset = 0;
+  size_t win_offset = 0;    // float offsets into the decoded window rows
+  size_t comp_offset = 0;   // and into the decoded compressed entries (a buffer of their own)
   int32_t* slot_of = nullptr;    // CSA: entry index → decoded row, -1 if not selected by any row
 };
 
@@ -99,13 +99,43 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
       s.kv.encode(k, ctx.layer_state(ri.seq, ls).window.row(ri.pos));
     }
   });
-  // ---- the products of the query latent: attention queries and indexer queries ----
+  // ---- the window KV rows each sequence attends, as fp32 (this step's rows are stored above) ----
+  std::vector<SeqPlan> plans(ctx.seqs.size());
+  std::vector<DecodeJob> jobs;
+  size_t total = 0;
+  for (size_t i = 0; i < ctx.seqs.size(); ++i) {
+    const SeqSlice& sq = ctx.seqs[i];
+    SeqPlan& pl = plans[i];
+    pl.win_lo = std::max<int64_t>({sq.window_floor, sq.start - W + 1, 0});
+    pl.win_rows = sq.start + sq.n - pl.win_lo;
+    pl.win_offset = total;
+    total += static_cast<size_t>(pl.win_rows) * hd;
+  }
+  float* decoded = ws.f(kWsKvDecoded, std::max<size_t>(total, 1));
+  for (size_t i = 0; i < ctx.seqs.size(); ++i) {
+    const SeqPlan& pl = plans[i];
+    const LayerState& st = ctx.layer_state(static_cast<int32_t>(i), ls);
+    for (int64_t p = pl.win_lo; p < pl.win_lo + pl.win_rows; ++p)
+      jobs.push_back({st.window.row(p), decoded + pl.win_offset + (p - pl.win_lo) * hd});
+  }
+  auto decode_jobs = [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) s.kv.decode(jobs[j].src, jobs[j].dst);
+  };
+  // Pieces of at least 16 rows, at most 4 per thread (as parallel_for would split them).
+  const int64_t n_jobs = static_cast<int64_t>(jobs.size());
+  const int64_t pieces = std::min<int64_t>((n_jobs + 15) / 16, 4 * static_cast<int64_t>(ctx.pool->size()));
+  const int64_t piece = pieces > 0 ? (n_jobs + pieces - 1) / pieces : 0;
+
+  // ---- the products of the query latent (attention and indexer queries), with the window decode ----
+  // The window rows do not depend on these products: their decode joins the region (no region of its
+  // own; it fills the products' tail). It is counted under the attention products.
   float* q = ws.f(kWsQ, N * H * hd);
   const float* qr_in = product_input(num, qr, N * s.q_lora, ws, kWsQuant2);
   calls.clear();
   calls.push_back({&w.wq_b, qr_in, N, s.q_lora, q, H * hd});
   if (ls.csa()) calls.push_back({&w.indexer->wq_b, qr_in, N, s.q_lora, ix.qi, s.index_heads * s.index_dim});
-  kernels::linear_forward_many(calls, ctx.pool);
+  kernels::linear_forward_many(calls, ctx.pool, piece > 0 ? (n_jobs + piece - 1) / piece : 0,
+                               [&](int64_t t) { decode_jobs(t * piece, std::min(n_jobs, (t + 1) * piece)); });
   ctx.pool->parallel_for(N, 4, [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
       float* x = q + row * H * hd;
@@ -133,30 +163,25 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
     }
   }
 
-  // ---- decode the KV rows each sequence attends ----
+  // ---- decode the compressed entries each sequence attends ----
   ctx.clock.enter(Stage::kAttnCore);
-  std::vector<SeqPlan> plans(ctx.seqs.size());
-  std::vector<DecodeJob> jobs;
-  size_t total = 0;
-  int32_t* slot_maps = nullptr;
-  if (ls.csa()) {
-    int64_t maps = 0;
-    for (const SeqSlice& sq : ctx.seqs) maps += (sq.start + sq.n) / ls.ratio;
-    slot_maps = ws.i(kWsiSlotOf, std::max<int64_t>(maps, 1));
-  }
-  int64_t map_offset = 0;
-  for (size_t i = 0; i < ctx.seqs.size(); ++i) {
-    const SeqSlice& sq = ctx.seqs[i];
-    SeqPlan& pl = plans[i];
-    const int64_t end = sq.start + sq.n;
-    pl.win_lo = std::max<int64_t>({sq.window_floor, sq.start - W + 1, 0});
-    pl.win_rows = end - pl.win_lo;
-    pl.win_offset = total;
-    total += static_cast<size_t>(pl.win_rows) * hd;
-    pl.comp_rows = 0;
-    pl.comp_offset = total;
-    if (ls.compressed()) {
-      const int64_t visible = end / ls.ratio;  // entries visible to the last row
+  float* decoded_comp = nullptr;
+  if (ls.compressed()) {
+    jobs.clear();
+    total = 0;
+    int32_t* slot_maps = nullptr;
+    if (ls.csa()) {
+      int64_t maps = 0;
+      for (const SeqSlice& sq : ctx.seqs) maps += (sq.start + sq.n) / ls.ratio;
+      slot_maps = ws.i(kWsiSlotOf, std::max<int64_t>(maps, 1));
+    }
+    int64_t map_offset = 0;
+    for (size_t i = 0; i < ctx.seqs.size(); ++i) {
+      const SeqSlice& sq = ctx.seqs[i];
+      SeqPlan& pl = plans[i];
+      const int64_t visible = (sq.start + sq.n) / ls.ratio;  // entries visible to the last row
+      pl.comp_rows = 0;
+      pl.comp_offset = total;
       if (ls.csa()) {
         pl.slot_of = slot_maps + map_offset;
         map_offset += visible;
@@ -173,25 +198,22 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
       }
       total += static_cast<size_t>(pl.comp_rows) * hd;
     }
-  }
-  float* decoded = ws.f(kWsKvDecoded, std::max<size_t>(total, 1));
-  for (size_t i = 0; i < ctx.seqs.size(); ++i) {
-    const SeqSlice& sq = ctx.seqs[i];
-    SeqPlan& pl = plans[i];
-    const LayerState& st = ctx.layer_state(static_cast<int32_t>(i), ls);
-    for (int64_t p = pl.win_lo; p < pl.win_lo + pl.win_rows; ++p)
-      jobs.push_back({st.window.row(p), decoded + pl.win_offset + (p - pl.win_lo) * hd});
-    if (ls.csa()) {
-      const int64_t visible = (sq.start + sq.n) / ls.ratio;
-      for (int64_t g = 0; g < visible; ++g)
-        if (pl.slot_of[g] >= 0) jobs.push_back({sq.state->entry_kv(ls.part, g), decoded + pl.comp_offset + pl.slot_of[g] * hd});
-    } else if (ls.compressed()) {
-      for (int64_t g = 0; g < pl.comp_rows; ++g) jobs.push_back({sq.state->entry_kv(ls.part, g), decoded + pl.comp_offset + g * hd});
+    decoded_comp = ws.f(kWsKvDecodedComp, std::max<size_t>(total, 1));
+    for (size_t i = 0; i < ctx.seqs.size(); ++i) {
+      const SeqSlice& sq = ctx.seqs[i];
+      const SeqPlan& pl = plans[i];
+      if (ls.csa()) {
+        const int64_t visible = (sq.start + sq.n) / ls.ratio;
+        for (int64_t g = 0; g < visible; ++g)
+          if (pl.slot_of[g] >= 0)
+            jobs.push_back({sq.state->entry_kv(ls.part, g), decoded_comp + pl.comp_offset + pl.slot_of[g] * hd});
+      } else {
+        for (int64_t g = 0; g < pl.comp_rows; ++g)
+          jobs.push_back({sq.state->entry_kv(ls.part, g), decoded_comp + pl.comp_offset + g * hd});
+      }
     }
+    ctx.pool->parallel_for(static_cast<int64_t>(jobs.size()), 16, decode_jobs);
   }
-  ctx.pool->parallel_for(static_cast<int64_t>(jobs.size()), 16, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) s.kv.decode(jobs[j].src, jobs[j].dst);
-  });
 
   // ---- sink-softmax core: tasks = (row, block of heads) ----
   float* o = ws.f(kWsO, N * H * hd);
@@ -208,10 +230,10 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
     for (int64_t p = lo; p <= ri.pos; ++p) rows.push_back(decoded + pl.win_offset + (p - pl.win_lo) * hd);
     if (ls.csa()) {
       for (int32_t j = 0; j < sel_count[row]; ++j)
-        rows.push_back(decoded + pl.comp_offset + pl.slot_of[sel[row * s.index_topk + j]] * hd);
+        rows.push_back(decoded_comp + pl.comp_offset + pl.slot_of[sel[row * s.index_topk + j]] * hd);
     } else if (ls.compressed()) {
       const int64_t visible = (ri.pos + 1) / ls.ratio;
-      for (int64_t g = 0; g < visible; ++g) rows.push_back(decoded + pl.comp_offset + g * hd);
+      for (int64_t g = 0; g < visible; ++g) rows.push_back(decoded_comp + pl.comp_offset + g * hd);
     }
     const int64_t n = static_cast<int64_t>(rows.size());
     kernels::SinkAttention at;

@@ -14,9 +14,10 @@ namespace dsinfer::model::deepseek_v4 {
 
 enum class Stage : int {
   kMhc = 0,       // hyper-connection mixes, combine, norm, expand
-  kAttnProducts,  // the attention's products (queries, KV, compressor and indexer inputs, output) and their glue
+  kAttnProducts,  // the attention's products (queries, KV, compressor and indexer inputs, output) and their glue,
+                  // with the window KV rows decoded inside the query products' region
   kCompressor,    // compressed entries and the indexer's selection (no weight products)
-  kAttnCore,      // KV rows decoded and the sink-softmax core
+  kAttnCore,      // compressed KV entries decoded and the sink-softmax core
   kFfn,           // router, shared and routed experts
   kHead,          // hc head, final norm, lm head
   kOther,         // embedding, RoPE angles, state bookkeeping

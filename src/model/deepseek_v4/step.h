@@ -74,7 +74,7 @@ class Workspace {
 enum WsSlot : int {
   kWsX2 = 0, kWsMix, kWsPre, kWsPost, kWsComb, kWsSub, kWsSubOut, kWsQuant,
   kWsQr, kWsQ, kWsKv, kWsO, kWsR, kWsU, kWsS, kWsIdxQ, kWsIdxW, kWsScores, kWsKvDecoded,
-  kWsGate, kWsRouteW, kWsHead, kWsQuant2, kWsIdxU, kWsIdxS, kWsLogits,
+  kWsGate, kWsRouteW, kWsHead, kWsQuant2, kWsIdxU, kWsIdxS, kWsLogits, kWsKvDecodedComp,
 };
 enum WsIntSlot : int { kWsiSel = 0, kWsiSelCount, kWsiRoute, kWsiSlotOf };
 

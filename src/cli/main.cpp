@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/malloc_tuning.h"
 
 namespace dsinfer::cli {
 
@@ -33,6 +34,7 @@ void print_overview() {
 
 int main(int argc, char** argv) {
   using namespace dsinfer::cli;
+  dsinfer::core::tune_malloc_for_steps();
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
     print_overview();
     return argc < 2 ? 2 : 0;

@@ -93,6 +93,36 @@ TEST_F(V4State, SnapshotRestoreResumesBitwise) {
   EXPECT_LT(aligned, c->snapshot().size_bytes());
 }
 
+// Decode steps read the window rows from the layer's kept decoded copies (decoded_window.h). Kept rows
+// must never outlive the window rows they were made from: a sequence that kept rows for some positions
+// in decode steps takes another history's snapshot of those positions (below the first block, so no
+// blocks are needed), or rolls a verify-sized step of other tokens back, and must then go on bit for
+// bit like a sequence that never kept them.
+TEST_F(V4State, KeptWindowRowsNeverOutliveARestoreOrRollback) {
+  const int64_t T = 120, at = 100;
+  const auto tokens = random_tokens(T, 512, 23);
+  const auto other = random_tokens(T, 512, 24);
+  auto ref_state = model_->new_sequence();
+  const auto ref = run_chunks(*model_, *ref_state, tokens, 0, T, {T});
+  const std::vector<float> ref_tail(ref.begin() + at * 512, ref.end());
+
+  auto c = model_->new_sequence();
+  run_chunks(*model_, *c, tokens, 0, at, {at});
+  const WindowSnapshot snap = c->snapshot();
+  auto a = model_->new_sequence();
+  run_chunks(*model_, *a, other, 0, 64, {64});
+  run_chunks(*model_, *a, other, 64, at, {1, 3});  // rows kept for positions below `at`, of other tokens
+  a->restore(snap);
+  EXPECT_EQ(first_difference(ref_tail, run_chunks(*model_, *a, tokens, at, T, {1})), -1) << "after a restore";
+
+  auto b = model_->new_sequence();
+  run_chunks(*model_, *b, tokens, 0, at, {1});
+  run_chunks(*model_, *b, other, at, at + 4, {4});  // a verify-sized step of other tokens, then rolled back
+  b->truncate(at);
+  EXPECT_EQ(first_difference(ref_tail, run_chunks(*model_, *b, tokens, at, T, {1, 2})), -1) << "after a rollback";
+  EXPECT_GE(b->memory().windows, static_cast<size_t>(model_->shape().window) * model_->shape().head_dim * 4);
+}
+
 TEST_F(V4State, BoundedReplayKeepsBlocksAndStaysClose) {
   const int64_t T = 360, h = 256;
   const auto tokens = random_tokens(T, 512, 22);

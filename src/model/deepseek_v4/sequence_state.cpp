@@ -77,6 +77,9 @@ SequenceState::SequenceState(std::shared_ptr<const ModelShape> shape) : shape_(s
     const LayerShape& ls = s.layers[l];
     LayerState& st = layers_[l];
     st.window = PositionRing(s.kv.bytes(), s.window + s.max_draft);
+    // Sized now, so memory() and Model::sequence_bytes() (the engine's charge per sequence) count them;
+    // their pages are touched only when a decode step writes them.
+    st.window_values.ensure(s.window + s.max_draft, s.head_dim);
     if (ls.compressed()) {
       const int64_t c = ls.csa() ? 2 : 1;
       st.tail = PositionRing(2 * c * s.head_dim * sizeof(float), ls.ratio * c + s.max_draft + 1);

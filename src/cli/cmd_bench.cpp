@@ -240,8 +240,8 @@ int run_bench(int argc, char** argv) {
             "Measured over the timed decode steps (the marks cost well under 0.1 percent of a step). Where a decode "
             "step runs each head group's attention core and its wo_a in one region (at most 16 rows, groups even "
             "over the threads), wo_a's time counts under attention core and its bytes under attention products, "
-            "so that row's GB/s reads high; window KV rows not kept decoded yet (a sequence's first decode step "
-            "after a chunk) are decoded inside the query products' region, under attention products. Also, first, "
+            "so that row's GB/s reads high; the window KV rows are decoded inside the query products' region, "
+            "under attention products. Also, first, "
             "the timed prefill by the same stages: wall ms, serial ms, share, parallel regions and us per token");
   if (!args.parse(argc, argv)) return args.exit_code();
   if (const int64_t k = args.get_int("decoder-replay"); k != 0) {

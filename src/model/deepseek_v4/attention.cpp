@@ -25,9 +25,8 @@ const float* product_input(const Numerics& num, const float* x, int64_t n, Works
 struct SeqPlan {
   int64_t win_lo = 0;       // first window position decoded
   int64_t win_rows = 0;
-  DecodedWindow* kept = nullptr;  // the window rows come from the layer's kept decoded rows (decode steps)
   int64_t comp_rows = 0;    // decoded compressed entries
-  size_t win_offset = 0;    // float offsets into the step's decoded window rows (when not kept)
+  size_t win_offset = 0;    // float offsets into the decoded window rows
   size_t comp_offset = 0;   // and into the decoded compressed entries (a buffer of their own)
   int32_t* slot_of = nullptr;    // CSA: entry index → decoded row, -1 if not selected by any row
 };
@@ -83,27 +82,6 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
   }
   kernels::linear_forward_many(calls, ctx.pool);
 
-  // ---- where each sequence's window rows come from: a step whose rows fit the layer's kept decoded
-  // rows (decode and verify steps) reads those, a longer chunk decodes its rows into the workspace ----
-  std::vector<SeqPlan> plans(ctx.seqs.size());
-  size_t total = 0;
-  const int64_t kept_rows = W + s.max_draft;
-  for (size_t i = 0; i < ctx.seqs.size(); ++i) {
-    const SeqSlice& sq = ctx.seqs[i];
-    SeqPlan& pl = plans[i];
-    pl.win_lo = std::max<int64_t>({sq.window_floor, sq.start - W + 1, 0});
-    pl.win_rows = sq.start + sq.n - pl.win_lo;
-    DecodedWindow& kept = ctx.layer_state(static_cast<int32_t>(i), ls).window_values;
-    if (pl.win_rows <= kept_rows) {
-      kept.ensure(kept_rows, hd);
-      pl.kept = &kept;
-    } else {
-      kept.clear();  // this chunk rewrites rows without keeping them
-      pl.win_offset = total;
-      total += static_cast<size_t>(pl.win_rows) * hd;
-    }
-  }
-
   ctx.pool->parallel_for(N, 8, [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
       float* x = qr + row * s.q_lora;
@@ -119,29 +97,26 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
       // Encoding applies the model's FP8 QDQ to the nope dims; k then holds exactly the stored value.
       const RowInfo& ri = ctx.rows[row];
       s.kv.encode(k, ctx.layer_state(ri.seq, ls).window.row(ri.pos));
-      // A kept sequence's rows of this step are distinct slots (at most kept_rows positions).
-      if (DecodedWindow* kept = plans[ri.seq].kept) {
-        std::copy(k, k + hd, kept->row(ri.pos));
-        kept->mark(ri.pos);
-      }
     }
   });
-  // ---- the window KV rows each sequence attends, as fp32 (this step's rows are stored above): the
-  // kept rows not decoded yet (a sequence's first decode step, after a chunk or a restore), or every
-  // row of a longer chunk ----
+  // ---- the window KV rows each sequence attends, as fp32 (this step's rows are stored above) ----
+  std::vector<SeqPlan> plans(ctx.seqs.size());
   std::vector<DecodeJob> jobs;
+  size_t total = 0;
+  for (size_t i = 0; i < ctx.seqs.size(); ++i) {
+    const SeqSlice& sq = ctx.seqs[i];
+    SeqPlan& pl = plans[i];
+    pl.win_lo = std::max<int64_t>({sq.window_floor, sq.start - W + 1, 0});
+    pl.win_rows = sq.start + sq.n - pl.win_lo;
+    pl.win_offset = total;
+    total += static_cast<size_t>(pl.win_rows) * hd;
+  }
   float* decoded = ws.f(kWsKvDecoded, std::max<size_t>(total, 1));
   for (size_t i = 0; i < ctx.seqs.size(); ++i) {
-    SeqPlan& pl = plans[i];
+    const SeqPlan& pl = plans[i];
     const LayerState& st = ctx.layer_state(static_cast<int32_t>(i), ls);
-    for (int64_t p = pl.win_lo; p < pl.win_lo + pl.win_rows; ++p) {
-      if (pl.kept == nullptr) {
-        jobs.push_back({st.window.row(p), decoded + pl.win_offset + (p - pl.win_lo) * hd});
-      } else if (!pl.kept->holds(p)) {
-        jobs.push_back({st.window.row(p), pl.kept->row(p)});
-        pl.kept->mark(p);  // decoded in the next region, before any read
-      }
-    }
+    for (int64_t p = pl.win_lo; p < pl.win_lo + pl.win_rows; ++p)
+      jobs.push_back({st.window.row(p), decoded + pl.win_offset + (p - pl.win_lo) * hd});
   }
   auto decode_jobs = [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) s.kv.decode(jobs[j].src, jobs[j].dst);
@@ -252,11 +227,7 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
     rows.clear();
     // Canonical order: window keys by position, then compressed entries by index.
     const int64_t lo = std::max<int64_t>({sq.window_floor, ri.pos - W + 1, 0});
-    if (pl.kept != nullptr) {
-      for (int64_t p = lo; p <= ri.pos; ++p) rows.push_back(pl.kept->row(p));
-    } else {
-      for (int64_t p = lo; p <= ri.pos; ++p) rows.push_back(decoded + pl.win_offset + (p - pl.win_lo) * hd);
-    }
+    for (int64_t p = lo; p <= ri.pos; ++p) rows.push_back(decoded + pl.win_offset + (p - pl.win_lo) * hd);
     if (ls.csa()) {
       for (int32_t j = 0; j < sel_count[row]; ++j)
         rows.push_back(decoded_comp + pl.comp_offset + pl.slot_of[sel[row * s.index_topk + j]] * hd);

@@ -77,9 +77,6 @@ SequenceState::SequenceState(std::shared_ptr<const ModelShape> shape) : shape_(s
     const LayerShape& ls = s.layers[l];
     LayerState& st = layers_[l];
     st.window = PositionRing(s.kv.bytes(), s.window + s.max_draft);
-    // Sized now, so memory() and Model::sequence_bytes() (the engine's charge per sequence) count them;
-    // their pages are touched only when a decode step writes them.
-    st.window_values.ensure(s.window + s.max_draft, s.head_dim);
     if (ls.compressed()) {
       const int64_t c = ls.csa() ? 2 : 1;
       st.tail = PositionRing(2 * c * s.head_dim * sizeof(float), ls.ratio * c + s.max_draft + 1);
@@ -96,7 +93,6 @@ size_t SequenceState::tail_keep_from(const LayerShape& ls, int64_t len) const {
 void SequenceState::reset_rings(int64_t pos) {
   for (auto& st : layers_) {
     st.window.reset(pos);
-    st.window_values.clear();
     st.tail.reset(pos);
     st.index_tail.reset(pos);
   }
@@ -348,8 +344,6 @@ void SequenceState::restore(const WindowSnapshot& snap) {
   rollback_floor_ = length;
   mtp_rollback_floor_ = mtp_length;
   for (const RowsView& v : rows) copy_rows(v);
-  // The restored window rows replace whatever the decoded copies were made from.
-  for (LayerState& st : layers_) st.window_values.clear();
   if (partial_bytes != nullptr) {
     auto block = std::make_shared<CompressedBlock>(s.blocks, nfull);
     std::memcpy(block->mutable_bytes().data(), partial_bytes, s.blocks->bytes());
@@ -363,7 +357,7 @@ StateMemory SequenceState::memory() const {
   for (const auto& b : full_) m.full_blocks += b->bytes().size();
   for (const auto& b : pending_) m.pending_blocks += b->bytes().size();
   for (const auto& st : layers_) {
-    m.windows += st.window.capacity_bytes() + st.window_values.bytes();
+    m.windows += st.window.capacity_bytes();
     m.tails += st.tail.capacity_bytes() + st.index_tail.capacity_bytes();
   }
   return m;

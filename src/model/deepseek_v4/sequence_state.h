@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "model/deepseek_v4/compressed_block.h"
-#include "model/deepseek_v4/decoded_window.h"
 #include "model/deepseek_v4/position_ring.h"
 #include "model/deepseek_v4/shape.h"
 
@@ -57,7 +56,7 @@ class WindowSnapshot {
 struct StateMemory {
   size_t full_blocks = 0;      // shared blocks referenced (counted in full even when shared)
   size_t pending_blocks = 0;   // blocks still being written
-  size_t windows = 0;          // window rings incl. MTP, with their decoded values
+  size_t windows = 0;          // window rings incl. MTP
   size_t tails = 0;            // compressor tails
   size_t total() const { return full_blocks + pending_blocks + windows + tails; }
 };
@@ -65,7 +64,6 @@ struct StateMemory {
 // The state of one layer (backbone or MTP).
 struct LayerState {
   PositionRing window;      // KvCodec rows
-  DecodedWindow window_values;  // their decoded values, for decode steps (decoded_window.h)
   PositionRing tail;        // compressed layers: [u | s] per position, c·D floats each (s includes ape)
   PositionRing index_tail;  // CSA: the indexer compressor's rows
 };

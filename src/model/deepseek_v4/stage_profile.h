@@ -15,7 +15,7 @@ namespace dsinfer::model::deepseek_v4 {
 enum class Stage : int {
   kMhc = 0,       // hyper-connection mixes, combine, norm, expand
   kAttnProducts,  // the attention's products (queries, KV, compressor and indexer inputs, output) and their glue,
-                  // with the window KV rows not kept decoded yet decoded inside the query products' region
+                  // with the window KV rows decoded inside the query products' region
   kCompressor,    // compressed entries and the indexer's selection (no weight products)
   kAttnCore,      // compressed KV entries decoded and the sink-softmax core
   kFfn,           // router, shared and routed experts

@@ -93,12 +93,13 @@ TEST_F(V4State, SnapshotRestoreResumesBitwise) {
   EXPECT_LT(aligned, c->snapshot().size_bytes());
 }
 
-// Decode steps read the window rows from the layer's kept decoded copies (decoded_window.h). Kept rows
-// must never outlive the window rows they were made from: a sequence that kept rows for some positions
-// in decode steps takes another history's snapshot of those positions (below the first block, so no
-// blocks are needed), or rolls a verify-sized step of other tokens back, and must then go on bit for
-// bit like a sequence that never kept them.
-TEST_F(V4State, KeptWindowRowsNeverOutliveARestoreOrRollback) {
+// Nothing a sequence computed in decode steps may outlive a restore or a rollback: a sequence that
+// decoded other tokens at some positions takes another history's snapshot of those positions (below the
+// first block, so no blocks are needed), or rolls a verify-sized step of other tokens back, and must
+// then go on bit for bit like a sequence that never saw them. (A cache of decoded window rows kept
+// between steps was tried against this test: it failed when the restore or the encode path left a
+// stale row.)
+TEST_F(V4State, DecodeStepsAfterARestoreOrRollbackMatchAFreshSequence) {
   const int64_t T = 120, at = 100;
   const auto tokens = random_tokens(T, 512, 23);
   const auto other = random_tokens(T, 512, 24);
@@ -111,7 +112,7 @@ TEST_F(V4State, KeptWindowRowsNeverOutliveARestoreOrRollback) {
   const WindowSnapshot snap = c->snapshot();
   auto a = model_->new_sequence();
   run_chunks(*model_, *a, other, 0, 64, {64});
-  run_chunks(*model_, *a, other, 64, at, {1, 3});  // rows kept for positions below `at`, of other tokens
+  run_chunks(*model_, *a, other, 64, at, {1, 3});  // decode and verify steps of other tokens below `at`
   a->restore(snap);
   EXPECT_EQ(first_difference(ref_tail, run_chunks(*model_, *a, tokens, at, T, {1})), -1) << "after a restore";
 
@@ -120,11 +121,6 @@ TEST_F(V4State, KeptWindowRowsNeverOutliveARestoreOrRollback) {
   run_chunks(*model_, *b, other, at, at + 4, {4});  // a verify-sized step of other tokens, then rolled back
   b->truncate(at);
   EXPECT_EQ(first_difference(ref_tail, run_chunks(*model_, *b, tokens, at, T, {1, 2})), -1) << "after a rollback";
-  // The kept rows are part of what the engine charges every sequence (Model::sequence_bytes).
-  const ModelShape& sh = model_->shape();
-  const auto kept = static_cast<size_t>((sh.n_layers + (sh.has_mtp ? 1 : 0)) * (sh.window + sh.max_draft) * sh.head_dim * 4);
-  EXPECT_GE(b->memory().windows, kept);
-  EXPECT_GE(model_->sequence_bytes(), kept + static_cast<size_t>(sh.n_layers) * sh.window * sh.kv.bytes());
 }
 
 TEST_F(V4State, BoundedReplayKeepsBlocksAndStaysClose) {

@@ -34,6 +34,8 @@ void deliver(const ReadContext& context, ReadJob& job, LoadResult result) {
   }
   s.load_latency_ns.fetch_add(steady_now_ns() - job.submitted_ns, std::memory_order_relaxed);
   if (job.done) job.done(std::move(result));
+  // Release: whoever sees the count also sees everything the callback did.
+  s.loads_answered.fetch_add(1, std::memory_order_release);
 }
 
 LoadResult result_of(const ReadJob& job, LoadOutcome outcome, RecordStatus status = RecordStatus::kOk) {

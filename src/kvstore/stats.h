@@ -9,6 +9,7 @@ namespace dsinfer::kvstore {
 
 struct StoreStats {
   std::atomic<int64_t> loads{0};             // load requests completed
+  std::atomic<int64_t> loads_answered{0};    // load callbacks that returned (after `loads`, which counts before)
   std::atomic<int64_t> hits{0};
   std::atomic<int64_t> misses{0};            // no record, rejected records and read errors
   std::atomic<int64_t> rejected{0};          // truncated, corrupted or foreign records (removed)

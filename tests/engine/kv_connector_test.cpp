@@ -127,6 +127,18 @@ class HeldConnector final : public KvConnector {
   std::map<uint64_t, std::shared_ptr<const WindowSnapshot>> snapshots_;
 };
 
+// Waits until every load asked of the store so far has been answered and its callback returned. A
+// cold run asks the store for its prompt's blocks while the store is still empty; under load the reader
+// can answer some of those loads only after that run saved the blocks: hits the finished request no
+// longer wants, imported into the shared model after its engine is gone (they would count as the next
+// engine's imports) and refreshing the records' mtime (a use: it would renew their TTL). Both were seen
+// at ~1 in 300 runs with two other busy processes on 2 cores.
+void settle_loads(StoreConnector& connector, int64_t asked) {
+  const auto& stats = connector.store().stats();
+  while (stats.loads_answered.load(std::memory_order_acquire) < asked)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 TEST(EngineKvStore, AStoreHitWithAPoolSnapshotEqualsTheColdRunGreedyAndSampled) {
   ToyConfig cfg;
   ToyModel reference(cfg);
@@ -138,6 +150,7 @@ TEST(EngineKvStore, AStoreHitWithAPoolSnapshotEqualsTheColdRunGreedyAndSampled) 
   sampled.sampling.temperature = 0.9f;
   sampled.sampling.top_k = 12;
   sampled.sampling.seed = 11;
+  int64_t asked = 0;  // blocks every engine of this test asked the store for
   for (const RequestSpec& spec : {greedy, sampled}) {
     const Outcome want = expected_outcome(reference, spec, cfg.eos);
     {
@@ -146,6 +159,7 @@ TEST(EngineKvStore, AStoreHitWithAPoolSnapshotEqualsTheColdRunGreedyAndSampled) 
       ASSERT_EQ(cold.size(), 1u);
       expect_same(cold[0], want, "cold");
       EXPECT_EQ(cold[0].cached, 0);
+      asked += static_cast<int64_t>(metric(*first, "kv_store_blocks_asked_total"));
     }
     connector->store().flush();
     ASSERT_FALSE(kv_records(dir.path()).empty());
@@ -154,6 +168,7 @@ TEST(EngineKvStore, AStoreHitWithAPoolSnapshotEqualsTheColdRunGreedyAndSampled) 
       EngineOptions o = kv_options(connector);
       o.overlap_scheduling = overlap;
       auto second = make_engine(model, o);
+      settle_loads(*connector, asked);
       const int64_t imported_before = model->imported_blocks();
       auto hit = run_all(*second, {spec});
       ASSERT_EQ(hit.size(), 1u);
@@ -164,6 +179,7 @@ TEST(EngineKvStore, AStoreHitWithAPoolSnapshotEqualsTheColdRunGreedyAndSampled) 
       EXPECT_EQ(metric(*second, "swa_pool_snapshots_used_total"), 1);
       EXPECT_EQ(metric(*second, "prefix_cache_exact_hits_total"), 1);
       EXPECT_GE(metric(*second, "kv_store_hits_total"), 5);
+      asked += static_cast<int64_t>(metric(*second, "kv_store_blocks_asked_total"));
     }
   }
 }
@@ -309,12 +325,16 @@ TEST(EngineKvStore, TheConnectorsCollectorExpiresRecordsOnItsTimer) {
   o.store.clock = [&now] { return now.load(); };
   o.gc_interval_ns = 1'000'000;  // 1 ms
   auto connector = std::make_shared<StoreConnector>(o);
+  int64_t asked = 0;
   {
     auto engine = make_engine(model, kv_options(connector));
     ASSERT_EQ(run_all(*engine, {long_request(4)}).size(), 1u);
+    asked = static_cast<int64_t>(metric(*engine, "kv_store_blocks_asked_total"));
   }
   connector->store().flush();
   ASSERT_EQ(kv_records(dir.path()).size(), 5u);
+  // A load answered late (after the clock moved) is a use of its record, which would renew its TTL.
+  settle_loads(*connector, asked);
   now += 8 * 86400 * kvstore::kNsPerSecond;  // past both TTLs (agent 3 d, chat 7 d)
   for (int i = 0; i < 60000 && connector->store().stats().gc_expired.load() < 5; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polls a condition; the bound is only a guard

@@ -15,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/bench_decoder_replay.h"
 #include "cli/common_flags.h"
+#include "cli/stage_report.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "kernels/cpu/machine_limits.h"
@@ -180,29 +181,6 @@ void print_breakdown(const v4::StageProfile& p, const TokenTraffic& t, const std
               100.0 * all / min_of(step_s) / bw);
   std::printf("  %-22s %17.3f %8s %6s %8s %10.1f %8.1f %6.0f%%   (each stage at its least disturbed step)\n",
               "sum of the minima", sum_min * 1e3, "", "", "", all / 1e6, all / sum_min / 1e9, 100.0 * all / sum_min / bw);
-}
-
-// The timed prefill (one forward of the whole prompt) per stage: wall ms, the serial part, share of
-// the prefill, parallel regions, and ms per token.
-void print_prefill_breakdown(const v4::StageProfile& p, double prefill_s, int64_t tokens, int threads) {
-  if (p.steps.empty()) return;
-  std::printf("breakdown of the prefill (%lld tokens, one forward), %d threads (wall ms; serial = outside parallel "
-              "regions, the other threads idle):\n", static_cast<long long>(tokens), threads);
-  std::printf("  %-22s %10s %10s %6s %8s %10s\n", "stage", "ms", "serial", "share", "regions", "us/token");
-  double sum = 0;
-  for (int i = 0; i < static_cast<int>(v4::Stage::kCount); ++i) {
-    double t = 0, serial = 0;
-    for (size_t k = 0; k < p.steps.size(); ++k) {
-      t += p.steps[k][i];
-      serial += p.serial[k][i];
-    }
-    sum += t;
-    std::printf("  %-22s %10.2f %10.2f %5.1f%% %8llu %10.1f\n", v4::stage_name(static_cast<v4::Stage>(i)), t * 1e3,
-                serial * 1e3, 100.0 * t / prefill_s, static_cast<unsigned long long>(p.regions[i]),
-                t * 1e6 / static_cast<double>(tokens));
-  }
-  std::printf("  %-22s %10.2f %10s %5.1f%%\n", "outside the forward", (prefill_s - sum) * 1e3, "",
-              100.0 * (prefill_s - sum) / prefill_s);
 }
 
 int run_bench(int argc, char** argv) {
@@ -444,7 +422,8 @@ int run_bench(int argc, char** argv) {
       median_step_s * 1e3, sorted.front() * 1e3, sorted.back() * 1e3, roofline_tps, bw / 1e9,
       100.0 * decode_tps / roofline_tps, 100.0 / (median_step_s * roofline_tps));
   if (breakdown) {
-    print_prefill_breakdown(prefill_profile, prefill_round_s.back(), prompt_len, threads);
+    const std::string what = "the prefill (" + std::to_string(prompt_len) + " tokens, one forward)";
+    print_stage_totals(prefill_profile, prefill_round_s.back(), prompt_len, threads, what.c_str());
     print_breakdown(profile, traffic, sampling_s, step_s, bw, threads);
   }
   return 0;

@@ -6,11 +6,13 @@
 #include <ctime>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cli/args.h"
 #include "cli/common_flags.h"
 #include "cli/command.h"
+#include "cli/stage_report.h"
 #include "core/error.h"
 #include "model/deepseek_v4/model.h"
 
@@ -43,6 +45,10 @@ int run_bench_forward(int argc, char** argv) {
   args.option("decode-tokens", "N", "decode steps after the prompt", "32");
   args.option("batch", "B", "sequences decoded together (each prefilled alone)", "1");
   args.option("seed", "S", "token seed", "1");
+  args.flag("breakdown",
+            "also print where the timed decode steps' wall time goes, per stage, summed over the steps (ms, the "
+            "serial part when the other threads idle, parallel regions) and in us per token: run --batch 1 and "
+            "--batch 16 to see which stage stops gaining from the batch");
   if (!args.parse(argc, argv)) return args.exit_code();
   const int64_t T = args.get_int("prompt-tokens"), chunk = args.get_int("chunk-size");
   const int64_t steps = args.get_int("decode-tokens"), B = args.get_int("batch");
@@ -82,6 +88,11 @@ int run_bench_forward(int argc, char** argv) {
   std::vector<int32_t> next(B);
   for (auto& t : next) t = tok(rng);
   std::vector<v4::SequenceInput> batch(B);
+  v4::StageProfile profile;
+  if (args.has("breakdown")) {
+    model->set_stage_profile(&profile);
+    model->pool().set_region_timing(true);
+  }
   std::vector<double> step_cpu;  // per step: on a shared machine the least loaded steps are the median and min
   step_cpu.reserve(steps);
   const auto d0 = Clock::now();
@@ -101,6 +112,8 @@ int run_bench_forward(int argc, char** argv) {
   std::sort(step_cpu.begin(), step_cpu.end());
   const double decode_s = seconds(d0, Clock::now());
   const double decode_cpu_s = process_cpu_seconds() - cpu0;
+  model->set_stage_profile(nullptr);
+  model->pool().set_region_timing(false);
   const auto mem = seqs[0]->memory();
   std::printf("bench-forward: %s, %d threads, load %.2f s\n", model->shape().numerics.describe().c_str(),
               model->pool().size(), seconds(t0, t1));
@@ -116,6 +129,10 @@ int run_bench_forward(int argc, char** argv) {
                 "min %.2f ms\n",
                 1e3 * decode_cpu_s / static_cast<double>(steps), 1e3 * decode_cpu_s / static_cast<double>(steps * B),
                 1e3 * step_cpu[step_cpu.size() / 2], 1e3 * step_cpu.front());
+  }
+  if (steps > 0) {
+    const std::string what = std::to_string(steps) + " decode steps of batch " + std::to_string(B);
+    print_stage_totals(profile, decode_s, steps * B, model->pool().size(), what.c_str());
   }
   std::printf("  state of one sequence: %.2f MiB (blocks %.2f, windows %.2f, tails %.2f)\n", mem.total() / 1048576.0,
               (mem.full_blocks + mem.pending_blocks) / 1048576.0, mem.windows / 1048576.0, mem.tails / 1048576.0);

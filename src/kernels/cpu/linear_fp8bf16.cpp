@@ -59,6 +59,13 @@ inline float panel_scale(const Fp8Bf16Weight& w, int64_t p, int64_t b) {
 
 bool fp8bf16_hw_allowed();
 
+// Row stride (u32 pairs) of the converted x of a decode-sized product: whole cache lines plus one. The
+// tiles read one pair of up to 16 rows per step; at the unpadded stride of K = 2048 (4 KiB) every row
+// maps to the same L1 set, more rows than the cache has ways, and the 16-row products of wo_a and
+// wo_b ran at half the rate of wq_b's (K = 512) in bench_linear. The extra line moves each row to the
+// next set.
+inline int64_t x_pairs_stride(int64_t pairs) { return (pairs + 15) / 16 * 16 + 16; }
+
 // The decode tables' bytes: low and high byte of the exact bf16 of each 7-bit magnitude (0x7F, NaN, as 0).
 struct DecodeBytes {
   alignas(64) uint8_t lo[128];
@@ -107,7 +114,7 @@ DSINFER_FP8BF16_HW HWY_INLINE void DecodeQuad(const uint8_t* p, const DecodeTabl
 // decode serves MR rows, each broadcast of x NP panels), then one FMA per output into out [MR][NP][16]
 // (memory, leaving the registers to the chains and the decode).
 template <int MR, int NP>
-DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, const uint32_t* xp,
+DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, const uint32_t* xp, int64_t xs,
                                const DecodeTables& t, float* out) {
   const uint8_t* panel[NP];
   for (int p = 0; p < NP; ++p) panel[p] = w.panel(p0 + p);
@@ -125,9 +132,9 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
       DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
     }
     for (int r = 0; r < MR; ++r) {
-      const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp]));
+      const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * xs + kp]));
       for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wa[p], (__m512bh)xa);
-      const __m512i xb = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp + 1]));
+      const __m512i xb = _mm512_set1_epi32(static_cast<int>(xp[r * xs + kp + 1]));
       for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wb[p], (__m512bh)xb);
     }
   }
@@ -135,7 +142,7 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
     __m512i wa[NP], wb[NP];
     for (int p = 0; p < NP; ++p) DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
     for (int r = 0; r < MR; ++r) {
-      const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * w.pairs + kp]));
+      const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * xs + kp]));
       for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wa[p], (__m512bh)xa);
     }
   }
@@ -153,7 +160,8 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
 constexpr int kGroupPanels = 4;
 template <int MR>
 DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xp,
-                                 const DecodeTables& t, float* y, int64_t ldy, int64_t row_lo, int64_t row_hi) {
+                                 int64_t xs, const DecodeTables& t, float* y, int64_t ldy, int64_t row_lo,
+                                 int64_t row_hi) {
   constexpr int kMaxNp = MR >= 16 ? 1 : (MR >= 8 ? 2 : 4);
   alignas(64) float out[kGroupPanels * MR * 16];  // tile i: [MR][np][16] from its first panel's (p - q) * MR * 16
   int64_t tile_q[kGroupPanels];
@@ -169,11 +177,11 @@ DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q
     for (int i = 0; i < tiles; ++i) {
       float* o = out + (tile_q[i] - q) * MR * 16;
       if (tile_np[i] == 4) {
-        Fp8TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xp, t, o);
+        Fp8TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xp, xs, t, o);
       } else if (tile_np[i] == 2) {
-        Fp8TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xp, t, o);
+        Fp8TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xp, xs, t, o);
       } else {
-        Fp8TileHw<MR, 1>(w, tile_q[i], b, xp, t, o);
+        Fp8TileHw<MR, 1>(w, tile_q[i], b, xp, xs, t, o);
       }
     }
   }
@@ -287,8 +295,8 @@ DSINFER_FP8BF16_HW int64_t ToBf16Hw(const float* x, int64_t cols, void* out) {
 #endif
 
 // Scalar fallback on the packed layout: the oracle's loop.
-void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float* y, int64_t ldy, int64_t pb,
-                   int64_t pe, int64_t row_lo, int64_t row_hi) {
+void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int64_t M, float* y, int64_t ldy,
+                   int64_t pb, int64_t pe, int64_t row_lo, int64_t row_hi) {
   uint32_t lanes[kBlockPairs];
   float out[kPanelRows];
   for (int64_t p = pb; p < pe; ++p) {
@@ -302,7 +310,7 @@ void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float*
             const int64_t k = 2 * (kp0 + i);
             lanes[i] = fp8_bf16_bits(panel[code_offset(r, k)]) | (uint32_t{fp8_bf16_bits(panel[code_offset(r, k + 1)])} << 16);
           }
-          acc = std::fma(bf16dot_scalar(lanes, 1, xp + m * w.pairs + kp0, n), panel_scale(w, p, b), acc);
+          acc = std::fma(bf16dot_scalar(lanes, 1, xp + m * xs + kp0, n), panel_scale(w, p, b), acc);
         }
         out[r] = acc;
       }
@@ -311,8 +319,8 @@ void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float*
   }
 }
 
-void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float* y, int64_t ldy, int64_t row_lo,
-                    int64_t row_hi) {
+void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int64_t M, float* y, int64_t ldy,
+                    int64_t row_lo, int64_t row_hi) {
   const int64_t pb = row_lo / kPanelRows, pe = (row_hi + kPanelRows - 1) / kPanelRows;
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
   if (fp8bf16_hw_allowed()) {
@@ -325,22 +333,22 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float
       const int64_t q_end = std::min(pe, p + kGroupPanels);
       for (int64_t m = 0; m < M;) {
         const int64_t left = M - m;
-        const uint32_t* xm = xp + m * w.pairs;
+        const uint32_t* xm = xp + m * xs;
         float* ym = y + m * ldy;
         if (left >= 16) {
-          Fp8PanelsHw<16>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<16>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
           m += 16;
         } else if (left >= 8) {
-          Fp8PanelsHw<8>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<8>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
           m += 8;
         } else if (left >= 4) {
-          Fp8PanelsHw<4>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<4>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
           m += 4;
         } else if (left >= 2) {
-          Fp8PanelsHw<2>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<2>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
           m += 2;
         } else {
-          Fp8PanelsHw<1>(w, p, q_end, xm, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<1>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
           m += 1;
         }
       }
@@ -348,7 +356,7 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t M, float
     return;
   }
 #endif
-  ForwardScalar(w, xp, M, y, ldy, pb, pe, row_lo, row_hi);
+  ForwardScalar(w, xp, xs, M, y, ldy, pb, pe, row_lo, row_hi);
 }
 
 typedef uint16_t __attribute__((may_alias)) U16Alias;
@@ -392,7 +400,7 @@ void Fp8Bf16ForwardRows(const Fp8Bf16Weight& w, const uint32_t* xblocks, int64_t
   for (int64_t m = m0; m < m1; ++m)
     for (int64_t kp = 0; kp < w.pairs; ++kp)
       xp[(m - m0) * w.pairs + kp] = xblocks[((kp / kBlockPairs) * rows_total + m) * kBlockPairs + kp % kBlockPairs];
-  ForwardScalar(w, xp.data(), m1 - m0, y, ldy, row_lo / kPanelRows, (row_hi + kPanelRows - 1) / kPanelRows, row_lo,
+  ForwardScalar(w, xp.data(), w.pairs, m1 - m0, y, ldy, row_lo / kPanelRows, (row_hi + kPanelRows - 1) / kPanelRows, row_lo,
                 row_hi);
 }
 
@@ -478,9 +486,10 @@ void fp8bf16_forward(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t 
                      int64_t row_lo, int64_t row_hi) {
   if (M <= 0 || row_lo >= row_hi) return;
   // Not thread_local: a task of a nested parallel region may run another product on this thread.
-  std::unique_ptr<uint32_t[]> xp(new uint32_t[static_cast<size_t>(M * w.pairs)]);
-  HWY_DYNAMIC_DISPATCH(ToPairs)(x, M, ldx, w.cols, w.pairs, xp.get());
-  HWY_DYNAMIC_DISPATCH(Fp8Bf16Forward)(w, xp.get(), M, y, ldy, row_lo, row_hi);
+  const int64_t xs = x_pairs_stride(w.pairs);
+  std::unique_ptr<uint32_t[]> xp(new uint32_t[static_cast<size_t>(M * xs)]);
+  HWY_DYNAMIC_DISPATCH(ToPairs)(x, M, ldx, w.cols, xs, xp.get());
+  HWY_DYNAMIC_DISPATCH(Fp8Bf16Forward)(w, xp.get(), xs, M, y, ldy, row_lo, row_hi);
 }
 
 int64_t fp8bf16_row_blocks_size(const Fp8Bf16Weight& w, int64_t M) { return w.scale_cols * M * kBlockPairs; }

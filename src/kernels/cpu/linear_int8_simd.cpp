@@ -132,6 +132,9 @@ constexpr int kNV = static_cast<int>(kInt8PanelRows / kL);  // vectors per panel
 // streams, and an expert's product (1..4 rows, 288 KiB) is over before the hardware prefetchers have
 // ramped up on them: without this the tiles stalled on the loads (most of their profile samples sat on
 // them), with it a 1..4-row product of the MEDIUM experts took 20-40 % less CPU time (bench_linear).
+// Into L2 (prefetcht1), not L1: eight groups ahead are ~160 lines in flight, more than the core's L1
+// miss buffers, so T0 prefetches held one thread to ~12 GB/s (a 1-row 512x1024 product 21-24 us,
+// 13-15 us with T1; 4 or 16 groups ahead with T1 were not better).
 constexpr int64_t kPrefetchGroups = 8;
 
 // Prefetches group g of panels [p, p + count) (those that exist); past the last group, the next
@@ -145,8 +148,8 @@ HWY_INLINE void PrefetchGroup(const Int8PackedWeight& w, int64_t p, int64_t coun
   const int64_t scale_bytes = w.bf16_scales ? 2 : 4;
   for (int64_t i = p; i < std::min(p + count, w.panels); ++i) {
     const uint8_t* nibbles = w.panel(i) + g * 4 * kInt8OctetBytes;
-    for (int64_t line = 0; line < 4 * kInt8OctetBytes; line += 64) __builtin_prefetch(nibbles + line);
-    __builtin_prefetch(w.half_scales.get() + (i * w.groups + g) * kInt8PanelRows * scale_bytes);
+    for (int64_t line = 0; line < 4 * kInt8OctetBytes; line += 64) __builtin_prefetch(nibbles + line, 0, 2);
+    __builtin_prefetch(w.half_scales.get() + (i * w.groups + g) * kInt8PanelRows * scale_bytes, 0, 2);
   }
 }
 

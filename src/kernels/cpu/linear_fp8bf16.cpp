@@ -127,8 +127,10 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
     __m512i wa[NP], wb[NP];
     for (int p = 0; p < NP; ++p) {
       // One line per panel per step: the NP streams are short (a panel is 16 rows x K bytes) and
-      // interleaved, which the hardware prefetchers ramp up to late. Past the end it is a no-op.
-      _mm_prefetch(reinterpret_cast<const char*>(panel[p] + kp * 32 + kPrefetchBytes), _MM_HINT_T0);
+      // interleaved, which the hardware prefetchers ramp up to late. Past the end it is a no-op. Into
+      // L2: NP·16 lines ahead outnumber the L1 miss buffers (as in linear_int8_simd.cpp); with T0 a
+      // one-row wq_b (8192x512) took 303-315 us on one thread, with T1 228-241.
+      _mm_prefetch(reinterpret_cast<const char*>(panel[p] + kp * 32 + kPrefetchBytes), _MM_HINT_T1);
       DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
     }
     for (int r = 0; r < MR; ++r) {

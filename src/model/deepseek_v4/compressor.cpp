@@ -25,7 +25,8 @@ void compressor_forward(const CompressorWeights& w, const LayerShape& ls, bool i
 
   // Every row into its sequence's tail ring (distinct rows: the ring has room for the whole chunk), in
   // parallel: a prefill's rows are 4-8 KB each per compressed layer, which one thread copied alone.
-  ctx.pool->parallel_for(ctx.n_rows(), 16, [&](int64_t b, int64_t e) {
+  // Grain 4, so that a batched decode step's <= 16 rows are not one chunk either.
+  ctx.pool->parallel_for(ctx.n_rows(), 4, [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) {
       const RowInfo& ri = ctx.rows[row];
       PositionRing& tail = indexer ? ctx.layer_state(ri.seq, ls).index_tail : ctx.layer_state(ri.seq, ls).tail;

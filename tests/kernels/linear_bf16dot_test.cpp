@@ -48,8 +48,12 @@ TEST(Bf16DotLinear, OracleAddsTheOddElementOfEachPairFirst) {
 }
 
 TEST(Bf16DotLinear, EveryTargetAndTheHardwarePathEqualTheOracleBitwise) {
+  // M = 6: one pass of each tile shape; 8, 11 and 21 rows: passes that prefetch the next group of
+  // panels, two or one lines a step (panel groups of 4 and 1, row groups of 4 and 1).
+  for (const int64_t M : {int64_t{6}, int64_t{8}, int64_t{11}, int64_t{21}})
   for (const int64_t cols : {int64_t{64}, int64_t{67}}) {
-    constexpr int64_t rows = 150, M = 6;  // panel groups of 4 and 1, row groups of 4 and 1
+    SCOPED_TRACE(testing::Message() << "M " << M);
+    constexpr int64_t rows = 150;
     const Bf16Weight w = make_bf16(rows, cols, static_cast<uint32_t>(cols));
     std::mt19937 rng(3);
     std::normal_distribution<float> normal(0.0f, 1.0f);

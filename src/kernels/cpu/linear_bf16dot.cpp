@@ -43,21 +43,31 @@ constexpr int64_t kPrefetchLanes = 256;  // u32 lanes: 1 KB
 
 // NP panels × MR rows of x: NP·MR independent accumulators hide the latency of the chained vdpbf16ps
 // and each weight load serves MR rows. Every output is still its own chain over kp ascending.
-template <int NP, int MR>
+// PF = 0: each panel's stream is prefetched kPrefetchLanes ahead. PF = 1 or 2: the tile is one of
+// several passes of x rows over the same panels (already in L2), so it prefetches PF lines per step
+// of the next group's panels instead, the first pf_steps steps from pf: the next group's memory
+// stream is spread over the compute of every pass, not crowded into the first.
+template <int NP, int MR, int PF>
 __attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void TileHw(const uint32_t* panel0, int64_t panel_stride,
                                                                 int64_t pairs, const uint32_t* xp0, int64_t x_stride,
-                                                                float* out /* [MR][NP][16] */) {
+                                                                float* out /* [MR][NP][16] */,
+                                                                const char* pf = nullptr, int64_t pf_steps = 0) {
   __m512 acc[MR][NP];
   for (int r = 0; r < MR; ++r)
     for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
   for (int64_t kp = 0; kp < pairs; ++kp) {
     __m512i w[NP];
+    if constexpr (PF > 0) {
+      if (kp < pf_steps)
+        for (int l = 0; l < PF; ++l) _mm_prefetch(pf + (kp * PF + l) * 64, _MM_HINT_T1);
+    }
     for (int p = 0; p < NP; ++p) {
       // One line per panel per step, kPrefetchLanes ahead: NP interleaved streams of one panel each
       // (32 KB for the MEDIUM head), which the hardware prefetchers ramp up to late. Into L2: NP·16
       // lines ahead outnumber the L1 miss buffers (one-row MEDIUM head, one thread: 14.4-15.6 ms with
       // T0, 10.0-10.1 with T1).
-      _mm_prefetch(reinterpret_cast<const char*>(panel0 + p * panel_stride + kp * 16 + kPrefetchLanes), _MM_HINT_T1);
+      if constexpr (PF == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(panel0 + p * panel_stride + kp * 16 + kPrefetchLanes), _MM_HINT_T1);
       w[p] = _mm512_loadu_si512(panel0 + p * panel_stride + kp * 16);
     }
     for (int r = 0; r < MR; ++r) {
@@ -82,16 +92,39 @@ void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, f
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
   if (bf16dot_hw_allowed()) {
     alignas(64) float out[4 * 4 * 16];
+    // Passes of 4-row tiles over a group of panels (the first from memory, the others from L2). With
+    // two or more, every pass prefetches its share of the next group (lines of pf_line ... + lines).
+    const int64_t tiles = M / 4 + M % 4;
+    const bool next = M >= 8;
+    const int pf_per_step = tiles >= 4 ? 1 : 2;
     for (int64_t p = p_begin; p < p_end;) {
       const int np = p + 4 <= p_end ? 4 : 1;
+      const int64_t next_lines = next ? std::min<int64_t>(4, p_end - p - np) * w.pairs : 0;  // 64 B each
+      const char* pf = reinterpret_cast<const char*>(w.lanes.data() + (p + np) * stride);
+      int64_t pf_line = 0;
       for (int64_t m = 0; m < M;) {
         const int mr = m + 4 <= M ? 4 : 1;
         const uint32_t* panel = w.lanes.data() + p * stride;
         const uint32_t* xp = xpairs + m * w.pairs;
-        if (np == 4 && mr == 4) TileHw<4, 4>(panel, stride, w.pairs, xp, w.pairs, out);
-        else if (np == 4) TileHw<4, 1>(panel, stride, w.pairs, xp, w.pairs, out);
-        else if (mr == 4) TileHw<1, 4>(panel, stride, w.pairs, xp, w.pairs, out);
-        else TileHw<1, 1>(panel, stride, w.pairs, xp, w.pairs, out);
+        const int64_t steps = std::clamp<int64_t>((next_lines - pf_line + pf_per_step - 1) / pf_per_step, 0, w.pairs);
+        const char* pfl = pf + pf_line * 64;
+        if (!next) {
+          if (np == 4 && mr == 4) TileHw<4, 4, 0>(panel, stride, w.pairs, xp, w.pairs, out);
+          else if (np == 4) TileHw<4, 1, 0>(panel, stride, w.pairs, xp, w.pairs, out);
+          else if (mr == 4) TileHw<1, 4, 0>(panel, stride, w.pairs, xp, w.pairs, out);
+          else TileHw<1, 1, 0>(panel, stride, w.pairs, xp, w.pairs, out);
+        } else if (pf_per_step == 1) {
+          if (np == 4 && mr == 4) TileHw<4, 4, 1>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else if (np == 4) TileHw<4, 1, 1>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else if (mr == 4) TileHw<1, 4, 1>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else TileHw<1, 1, 1>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+        } else {
+          if (np == 4 && mr == 4) TileHw<4, 4, 2>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else if (np == 4) TileHw<4, 1, 2>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else if (mr == 4) TileHw<1, 4, 2>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else TileHw<1, 1, 2>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+        }
+        pf_line += steps * pf_per_step;
         for (int r = 0; r < mr; ++r)
           for (int q = 0; q < np; ++q) StorePanel(w, p + q, out + (r * np + q) * 16, y + (m + r) * ldy);
         m += mr;

@@ -99,6 +99,17 @@ struct DecodeTables {
   __m512i lo0, lo1, hi0, hi1;
 };
 
+// Where a decode-sized product's passes prefetch the next group of panels (lines of 64 bytes, per_step
+// per step of a tile): with eight or more rows of x a step's compute outlasts its one or two lines of
+// weights, and an in-panel stream kPrefetchBytes ahead leaves the first pass waiting on memory.
+// Spreading the next group's stream over the current group's compute hides it (bench_linear,
+// head.bf16dot and the FP8 products at M = 16).
+struct NextGroupPrefetch {
+  const char* at = nullptr;
+  int64_t lines = 0;
+  int per_step = 0;
+};
+
 // One k-quad of a panel (64 codes) into two vectors of 16 u32 lanes of bf16 pairs: a (k0, k1), b (k2, k3).
 DSINFER_FP8BF16_HW HWY_INLINE void DecodeQuad(const uint8_t* p, const DecodeTables& t, __m512i* a, __m512i* b) {
   const __m512i c = _mm512_loadu_si512(p);
@@ -115,22 +126,31 @@ DSINFER_FP8BF16_HW HWY_INLINE void DecodeQuad(const uint8_t* p, const DecodeTabl
 // (memory, leaving the registers to the chains and the decode).
 template <int MR, int NP>
 DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, const uint32_t* xp, int64_t xs,
-                               const DecodeTables& t, float* out) {
+                               const DecodeTables& t, float* out, NextGroupPrefetch* next) {
   const uint8_t* panel[NP];
   for (int p = 0; p < NP; ++p) panel[p] = w.panel(p0 + p);
   const int64_t kp0 = b * kBlockPairs, kp1 = std::min(w.pairs, kp0 + kBlockPairs);
   __m512 acc[MR][NP];
   for (int r = 0; r < MR; ++r)
     for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  const char* pf = next != nullptr ? next->at : nullptr;
+  int64_t pf_lines = next != nullptr ? next->lines : 0;
+  const int pf_step = next != nullptr ? next->per_step : 0;
   int64_t kp = kp0;
   for (; kp + 2 <= kp1; kp += 2) {
     __m512i wa[NP], wb[NP];
+    if (pf_lines > 0) {
+      for (int l = 0; l < pf_step; ++l) _mm_prefetch(pf + l * 64, _MM_HINT_T1);
+      pf += pf_step * 64;
+      pf_lines -= pf_step;
+    }
     for (int p = 0; p < NP; ++p) {
       // One line per panel per step: the NP streams are short (a panel is 16 rows x K bytes) and
       // interleaved, which the hardware prefetchers ramp up to late. Past the end it is a no-op. Into
       // L2: NP·16 lines ahead outnumber the L1 miss buffers (as in linear_int8_simd.cpp); with T0 a
       // one-row wq_b (8192x512) took 303-315 us on one thread, with T1 228-241.
-      _mm_prefetch(reinterpret_cast<const char*>(panel[p] + kp * 32 + kPrefetchBytes), _MM_HINT_T1);
+      if (next == nullptr)
+        _mm_prefetch(reinterpret_cast<const char*>(panel[p] + kp * 32 + kPrefetchBytes), _MM_HINT_T1);
       DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
     }
     for (int r = 0; r < MR; ++r) {
@@ -148,6 +168,10 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
       for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wa[p], (__m512bh)xa);
     }
   }
+  if (next != nullptr) {
+    next->at = pf;
+    next->lines = pf_lines;
+  }
   for (int p = 0; p < NP; ++p) {
     const __m512 s = _mm512_set1_ps(panel_scale(w, p0 + p, b));
     for (int r = 0; r < MR; ++r) {
@@ -163,7 +187,7 @@ constexpr int kGroupPanels = 4;
 template <int MR>
 DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xp,
                                  int64_t xs, const DecodeTables& t, float* y, int64_t ldy, int64_t row_lo,
-                                 int64_t row_hi) {
+                                 int64_t row_hi, NextGroupPrefetch* next) {
   constexpr int kMaxNp = MR >= 16 ? 1 : (MR >= 8 ? 2 : 4);
   alignas(64) float out[kGroupPanels * MR * 16];  // tile i: [MR][np][16] from its first panel's (p - q) * MR * 16
   int64_t tile_q[kGroupPanels];
@@ -179,11 +203,11 @@ DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q
     for (int i = 0; i < tiles; ++i) {
       float* o = out + (tile_q[i] - q) * MR * 16;
       if (tile_np[i] == 4) {
-        Fp8TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xp, xs, t, o);
+        Fp8TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xp, xs, t, o, next);
       } else if (tile_np[i] == 2) {
-        Fp8TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xp, xs, t, o);
+        Fp8TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xp, xs, t, o, next);
       } else {
-        Fp8TileHw<MR, 1>(w, tile_q[i], b, xp, xs, t, o);
+        Fp8TileHw<MR, 1>(w, tile_q[i], b, xp, xs, t, o, next);
       }
     }
   }
@@ -331,26 +355,38 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int6
     const DecodeTables t{_mm512_load_si512(bytes.lo), _mm512_load_si512(bytes.lo + 64),
                          _mm512_load_si512(bytes.hi), _mm512_load_si512(bytes.hi + 64)};
     // Groups of 4 panels (64 rows × K bytes, cache resident) pass every row of x before the next group.
+    // With 8 or more rows every tile step prefetches ceil(np / passes) lines of the next group (np
+    // panels decoded per step, passes of x over the group), so the passes end with it in L2.
+    const int64_t passes = M / 16 + (M % 16 >= 8) + (M % 8 >= 4) + (M % 4 >= 2) + (M % 2);
+    const int np_max = M >= 16 ? 1 : (M >= 8 ? 2 : 4);
     for (int64_t p = pb; p < pe; p += kGroupPanels) {
       const int64_t q_end = std::min(pe, p + kGroupPanels);
+      NextGroupPrefetch next;
+      NextGroupPrefetch* next_ptr = nullptr;
+      if (M >= 8) {
+        next.at = reinterpret_cast<const char*>(w.panel(q_end));
+        next.lines = std::min<int64_t>(pe - q_end, kGroupPanels) * w.panel_bytes / 64;
+        next.per_step = static_cast<int>((np_max + passes - 1) / passes);
+        next_ptr = &next;
+      }
       for (int64_t m = 0; m < M;) {
         const int64_t left = M - m;
         const uint32_t* xm = xp + m * xs;
         float* ym = y + m * ldy;
         if (left >= 16) {
-          Fp8PanelsHw<16>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<16>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 16;
         } else if (left >= 8) {
-          Fp8PanelsHw<8>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<8>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 8;
         } else if (left >= 4) {
-          Fp8PanelsHw<4>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<4>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 4;
         } else if (left >= 2) {
-          Fp8PanelsHw<2>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<2>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 2;
         } else {
-          Fp8PanelsHw<1>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi);
+          Fp8PanelsHw<1>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 1;
         }
       }

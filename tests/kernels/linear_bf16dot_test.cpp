@@ -1,5 +1,6 @@
 // Bf16DotLinear (BF16 weights × bf16-rounded activations, vdpbf16ps): the oracle's order on a hand-made
-// case, every compiled target and the hardware path bitwise equal to the oracle, batch invariance.
+// case, every compiled target and the hardware path bitwise equal to the oracle, batch invariance, and
+// a Linear built with Bf16Products::kBf16Dot (the fast compressors) giving the same bits however it splits.
 #include "kernels/cpu/linear_bf16dot.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 
 #include "core/dtypes.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/targets.h"
 
 namespace dsinfer::kernels {
@@ -91,6 +93,34 @@ TEST(Bf16DotLinear, EveryTargetAndTheHardwarePathEqualTheOracleBitwise) {
     std::vector<float> split(M * ldy, 0.0f);
     lin.forward(x.data(), M, ldx, split.data(), ldy, &pool);
     EXPECT_EQ(std::memcmp(split.data(), all.data(), all.size() * 4), 0);
+  }
+}
+
+TEST(Bf16DotLinear, ALinearOfBf16ProductsIsTheOracleInEverySplit) {
+  // 300 rows: whole 16-row panels and a partial one; M = 16 and 40 rows (one and several passes).
+  constexpr int64_t rows = 300, cols = 96;
+  const Bf16Weight w = make_bf16(rows, cols, 11);
+  const Linear lin(w.view, Fp8Products::kBf16Dot, Bf16Products::kBf16Dot);
+  EXPECT_TRUE(lin.bf16_dot());
+  EXPECT_EQ(lin.bytes(), 19 * 48 * 16 * 4) << "19 panels of 48 pairs of 16 u32 lanes";
+  EXPECT_FALSE(Linear(w.view).bf16_dot()) << "exact unless asked for";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const int64_t M : {int64_t{1}, int64_t{16}, int64_t{40}}) {
+    std::vector<float> x(M * cols);
+    for (auto& v : x) v = normal(rng);
+    std::vector<float> want(M * rows), got(M * rows, 0.0f), rows_got(M * rows, 0.0f), many(M * rows, 0.0f);
+    bf16dot_reference(w.view, x.data(), M, cols, want.data(), rows);
+    core::ThreadPool pool(5);  // more threads than this machine has cores: row splits
+    lin.forward(x.data(), M, cols, got.data(), rows, &pool);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "M " << M;
+    lin.forward_rows(x.data(), M, cols, rows_got.data(), rows, 32, 288);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < rows; ++n)
+        ASSERT_EQ(rows_got[m * rows + n], n >= 32 && n < 288 ? want[m * rows + n] : 0.0f) << m << " " << n;
+    const LinearCall calls[] = {{&lin, x.data(), M, cols, many.data(), rows}};
+    linear_forward_many(calls, &pool);
+    EXPECT_EQ(std::memcmp(many.data(), want.data(), many.size() * 4), 0) << "M " << M;
   }
 }
 

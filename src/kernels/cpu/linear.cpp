@@ -11,6 +11,7 @@
 
 #include "core/dtypes.h"
 #include "core/error.h"
+#include "kernels/cpu/linear_bf16dot.h"
 #include "kernels/cpu/linear_fp8bf16.h"
 #include "kernels/cpu/linear_packed.h"
 
@@ -22,6 +23,7 @@ using detail::PackedWeight;
 
 struct Linear::Packed : PackedWeight {
   std::unique_ptr<detail::Fp8Bf16Weight> fp8bf16;  // Fp8Products::kBf16Dot: the weight (data stays empty)
+  std::unique_ptr<Bf16DotLinear> bf16dot;           // Bf16Products::kBf16Dot: the weight (data stays empty)
 };
 
 const char* weight_format_name(WeightFormat format) {
@@ -252,6 +254,8 @@ void compute(const Linear::Packed& w, const float* x, int64_t M, int64_t ldx, fl
     detail::fp8bf16_forward_row_blocks(*w.fp8bf16, xb.data(), M, 0, M, y, ldy, row_lo, row_hi);
   } else if (w.fp8bf16) {
     detail::fp8bf16_forward(*w.fp8bf16, x, M, ldx, y, ldy, row_lo, row_hi);
+  } else if (w.bf16dot) {
+    w.bf16dot->forward_rows(x, M, ldx, y, ldy, row_lo, row_hi);
   } else {
     detail::packed_forward(w, x, M, ldx, y, ldy, row_lo, row_hi);
   }
@@ -357,7 +361,7 @@ void linear_reference(const WeightView& w, const float* x, int64_t M, int64_t ld
   }
 }
 
-Linear::Linear(const WeightView& w, Fp8Products fp8) : view_(w) {
+Linear::Linear(const WeightView& w, Fp8Products fp8, Bf16Products bf16) : view_(w) {
   DSINFER_CHECK(w.rows > 0 && w.cols > 0, "linear ", describe(w), ": empty shape");
   DSINFER_CHECK(w.data != nullptr, "linear ", describe(w), ": no data");
   DSINFER_CHECK(w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16 || w.scales != nullptr, "linear ",
@@ -378,6 +382,11 @@ Linear::Linear(const WeightView& w, Fp8Products fp8) : view_(w) {
     DSINFER_CHECK(w.fp8_block == detail::kFp8Block, "linear ", describe(w), ": the FP8 bf16-dot products need ",
                   detail::kFp8Block, "x", detail::kFp8Block, " scale blocks, not ", w.fp8_block);
     p->fp8bf16 = detail::pack_fp8bf16(w);
+    packed_ = std::move(p);
+    return;
+  }
+  if (bf16 == Bf16Products::kBf16Dot && w.format == WeightFormat::kBF16) {
+    p->bf16dot = std::make_unique<Bf16DotLinear>(w);
     packed_ = std::move(p);
     return;
   }
@@ -418,10 +427,11 @@ Linear& Linear::operator=(Linear&&) noexcept = default;
 
 int64_t Linear::bytes() const {
   if (!packed_) return 0;
-  return packed_->fp8bf16 ? packed_->fp8bf16->bytes() : packed_->bytes();
+  if (packed_->fp8bf16) return packed_->fp8bf16->bytes();
+  return packed_->bf16dot ? packed_->bf16dot->bytes() : packed_->bytes();
 }
 
-bool Linear::bf16_dot() const { return packed_ && packed_->fp8bf16; }
+bool Linear::bf16_dot() const { return packed_ && (packed_->fp8bf16 || packed_->bf16dot); }
 
 void Linear::forward_rows(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_begin,
                           int64_t row_end) const {

@@ -61,6 +61,10 @@ struct LinearCall;
 // activations (the numerics of linear_fp8bf16.h; `--numerics fast` on a CPU with AVX-512 BF16). Other
 // formats ignore it.
 enum class Fp8Products : uint8_t { kExact, kBf16Dot };
+// How a Linear computes a BF16 weight: kExact (fp32 as above), or kBf16Dot, the numerics of
+// linear_bf16dot.h (bf16-rounded activations, vdpbf16ps; `--numerics fast` on AVX-512 BF16 for the
+// compressors' wkv/wgate). Other formats ignore it.
+enum class Bf16Products : uint8_t { kExact, kBf16Dot };
 
 // A weight prepared for fast products. It holds a repacked copy of the weight (the same compressed size
 // plus padding of the rows to a multiple of 16), so the view's memory is only read while constructing;
@@ -69,7 +73,8 @@ enum class Fp8Products : uint8_t { kExact, kBf16Dot };
 class Linear {
  public:
   Linear();  // empty; out of line so that types holding a Linear by value need not see Packed
-  explicit Linear(const WeightView& w, Fp8Products fp8 = Fp8Products::kExact);
+  explicit Linear(const WeightView& w, Fp8Products fp8 = Fp8Products::kExact,
+                  Bf16Products bf16 = Bf16Products::kExact);
   ~Linear();
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
@@ -79,7 +84,8 @@ class Linear {
   WeightFormat format() const { return view_.format; }
   const WeightView& view() const { return view_; }
   bool empty() const { return packed_ == nullptr; }
-  // Whether products run as FP8 × bf16 dot products (Fp8Products::kBf16Dot on an FP8 weight).
+  // Whether products run as bf16 dot products (Fp8Products::kBf16Dot on an FP8 weight, or
+  // Bf16Products::kBf16Dot on a BF16 one).
   bool bf16_dot() const;
   // Bytes this Linear holds (repacked data and scales).
   int64_t bytes() const;

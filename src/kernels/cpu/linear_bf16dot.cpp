@@ -215,6 +215,18 @@ Bf16DotLinear::Bf16DotLinear(const WeightView& w) {
 
 int64_t Bf16DotLinear::rows() const { return packed_ ? packed_->rows : 0; }
 int64_t Bf16DotLinear::cols() const { return packed_ ? packed_->cols : 0; }
+int64_t Bf16DotLinear::bytes() const { return packed_ ? static_cast<int64_t>(packed_->lanes.size() * 4) : 0; }
+
+void Bf16DotLinear::forward_rows(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_begin,
+                                 int64_t row_end) const {
+  DSINFER_CHECK(packed_ != nullptr, "bf16 dot linear: forward on an empty weight");
+  DSINFER_CHECK(0 <= row_begin && row_begin <= row_end && row_end <= packed_->rows && row_begin % 16 == 0 &&
+                    (row_end % 16 == 0 || row_end == packed_->rows),
+                "bf16 dot linear: rows [", row_begin, ", ", row_end, ") are not whole panels of ", packed_->rows);
+  if (M <= 0 || row_begin == row_end) return;
+  const auto xp = x_pairs(x, M, ldx, packed_->cols, packed_->pairs);
+  HWY_DYNAMIC_DISPATCH(detail::Bf16DotForward)(*packed_, xp.data(), M, y, ldy, row_begin / 16, (row_end + 15) / 16);
+}
 
 void Bf16DotLinear::forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
                             core::ThreadPool* pool) const {

@@ -27,12 +27,17 @@ class Bf16DotLinear {
 
   int64_t rows() const;
   int64_t cols() const;
+  int64_t bytes() const;  // the packed weight
 
   bool empty() const { return packed_ == nullptr; }
 
   // y[m*ldy + n] for m < M, n < rows(); split over the pool's threads by panels of 16 output rows
   // (pool == nullptr: the calling thread), which changes no result.
   void forward(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, core::ThreadPool* pool = nullptr) const;
+  // Outputs [row_begin, row_end) only (y still indexed by absolute n), on the calling thread; row_begin
+  // a multiple of 16 (a panel), row_end too unless it is rows(). The same bits as forward.
+  void forward_rows(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_begin,
+                    int64_t row_end) const;
 
   struct Packed;
 

@@ -51,7 +51,7 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
 
   // ---- every product of the attention input in one parallel region ----
   // FP8/FP4-weight products take the (reference numerics: FP8-quantised) input; the BF16 ones
-  // (compressor wkv/wgate evaluated in fp32, indexer weights_proj) take it as it is.
+  // (compressor wkv/wgate, fp32 or fast bf16 dot, and indexer weights_proj) take it as it is.
   const float* a_in = product_input(num, a, N * d, ws, kWsQuant);
   float* qr = ws.f(kWsQr, N * s.q_lora);
   float* kv = ws.f(kWsKv, N * hd);

@@ -25,7 +25,7 @@ struct HcWeights {  // one mHC mixing site: hc_*_fn [mixes, hc·d] (F32), base [
 };
 
 struct CompressorWeights {
-  kernels::Linear wkv, wgate;  // [c·D, d] BF16, evaluated in fp32
+  kernels::Linear wkv, wgate;  // [c·D, d] BF16, evaluated in fp32 (fast mode: bf16 dot products)
   std::vector<float> ape;      // [ratio][c·D]
   std::vector<float> norm;     // [D]
   int64_t ratio = 0, width = 0;

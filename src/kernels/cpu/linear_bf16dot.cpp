@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtypes.h"
@@ -108,22 +109,15 @@ void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, f
         const uint32_t* xp = xpairs + m * w.pairs;
         const int64_t steps = std::clamp<int64_t>((next_lines - pf_line + pf_per_step - 1) / pf_per_step, 0, w.pairs);
         const char* pfl = pf + pf_line * 64;
-        if (!next) {
-          if (np == 4 && mr == 4) TileHw<4, 4, 0>(panel, stride, w.pairs, xp, w.pairs, out);
-          else if (np == 4) TileHw<4, 1, 0>(panel, stride, w.pairs, xp, w.pairs, out);
-          else if (mr == 4) TileHw<1, 4, 0>(panel, stride, w.pairs, xp, w.pairs, out);
-          else TileHw<1, 1, 0>(panel, stride, w.pairs, xp, w.pairs, out);
-        } else if (pf_per_step == 1) {
-          if (np == 4 && mr == 4) TileHw<4, 4, 1>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else if (np == 4) TileHw<4, 1, 1>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else if (mr == 4) TileHw<1, 4, 1>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else TileHw<1, 1, 1>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-        } else {
-          if (np == 4 && mr == 4) TileHw<4, 4, 2>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else if (np == 4) TileHw<4, 1, 2>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else if (mr == 4) TileHw<1, 4, 2>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else TileHw<1, 1, 2>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-        }
+        auto tile = [&]<int PF>(std::integral_constant<int, PF>) {
+          if (np == 4 && mr == 4) TileHw<4, 4, PF>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else if (np == 4) TileHw<4, 1, PF>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else if (mr == 4) TileHw<1, 4, PF>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else TileHw<1, 1, PF>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+        };
+        if (!next) tile(std::integral_constant<int, 0>{});
+        else if (pf_per_step == 1) tile(std::integral_constant<int, 1>{});
+        else tile(std::integral_constant<int, 2>{});
         pf_line += steps * pf_per_step;
         for (int r = 0; r < mr; ++r)
           for (int q = 0; q < np; ++q) StorePanel(w, p + q, out + (r * np + q) * 16, y + (m + r) * ldy);

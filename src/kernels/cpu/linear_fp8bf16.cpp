@@ -49,7 +49,9 @@ inline int64_t code_offset(int64_t r, int64_t k) {
 inline void store_panel_rows(const Fp8Bf16Weight& w, int64_t p, const float* out16, float* y_row, int64_t row_lo,
                              int64_t row_hi) {
   const int64_t r0 = std::max(p * kPanelRows, row_lo), r1 = std::min({(p + 1) * kPanelRows, row_hi, w.rows});
-  if (r0 < r1) std::memcpy(y_row + r0, out16 + (r0 - p * kPanelRows), (r1 - r0) * sizeof(float));
+  // A whole panel as a constant-size copy (inlined; a variable size is a call to memmove).
+  if (r1 - r0 == kPanelRows) std::memcpy(y_row + r0, out16, kPanelRows * sizeof(float));
+  else if (r0 < r1) std::memcpy(y_row + r0, out16 + (r0 - p * kPanelRows), (r1 - r0) * sizeof(float));
 }
 
 // Scale of panel p's rows for column block b.

@@ -52,47 +52,48 @@ TEST(Bf16DotLinear, OracleAddsTheOddElementOfEachPairFirst) {
 TEST(Bf16DotLinear, EveryTargetAndTheHardwarePathEqualTheOracleBitwise) {
   // M = 6: one pass of each tile shape; 8, 11 and 21 rows: passes that prefetch the next group of
   // panels, two or one lines a step (panel groups of 4 and 1, row groups of 4 and 1).
-  for (const int64_t M : {int64_t{6}, int64_t{8}, int64_t{11}, int64_t{21}})
-  for (const int64_t cols : {int64_t{64}, int64_t{67}}) {
-    SCOPED_TRACE(testing::Message() << "M " << M);
-    constexpr int64_t rows = 150;
-    const Bf16Weight w = make_bf16(rows, cols, static_cast<uint32_t>(cols));
-    std::mt19937 rng(3);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    const int64_t ldx = cols + 3, ldy = rows + 1;
-    std::vector<float> x(M * ldx);
-    for (auto& v : x) v = normal(rng);
-    std::vector<float> want(M * ldy, 0.0f);
-    bf16dot_reference(w.view, x.data(), M, ldx, want.data(), ldy);
-    const Bf16DotLinear lin(w.view);
-    for (const SimdTarget& target : available_targets()) {
-      ScopedTarget scope(target);
-      for (const bool hw : {true, false}) {
-        detail::set_bf16dot_hw_allowed(hw);
-        std::vector<float> got(M * ldy, 0.0f);
-        lin.forward(x.data(), M, ldx, got.data(), ldy);
-        int bad = 0;
-        for (size_t i = 0; i < got.size(); ++i)
-          if (std::memcmp(&got[i], &want[i], 4) != 0 && ++bad <= 3)
-            ADD_FAILURE() << target.name << (hw ? " hw" : " scalar") << " cols " << cols << " [" << i << "] " << got[i]
-                          << " vs " << want[i];
-        EXPECT_EQ(bad, 0);
+  for (const int64_t M : {int64_t{6}, int64_t{8}, int64_t{11}, int64_t{21}}) {
+    for (const int64_t cols : {int64_t{64}, int64_t{67}}) {
+      SCOPED_TRACE(testing::Message() << "M " << M);
+      constexpr int64_t rows = 150;
+      const Bf16Weight w = make_bf16(rows, cols, static_cast<uint32_t>(cols));
+      std::mt19937 rng(3);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      const int64_t ldx = cols + 3, ldy = rows + 1;
+      std::vector<float> x(M * ldx);
+      for (auto& v : x) v = normal(rng);
+      std::vector<float> want(M * ldy, 0.0f);
+      bf16dot_reference(w.view, x.data(), M, ldx, want.data(), ldy);
+      const Bf16DotLinear lin(w.view);
+      for (const SimdTarget& target : available_targets()) {
+        ScopedTarget scope(target);
+        for (const bool hw : {true, false}) {
+          detail::set_bf16dot_hw_allowed(hw);
+          std::vector<float> got(M * ldy, 0.0f);
+          lin.forward(x.data(), M, ldx, got.data(), ldy);
+          int bad = 0;
+          for (size_t i = 0; i < got.size(); ++i)
+            if (std::memcmp(&got[i], &want[i], 4) != 0 && ++bad <= 3)
+              ADD_FAILURE() << target.name << (hw ? " hw" : " scalar") << " cols " << cols << " [" << i << "] "
+                            << got[i] << " vs " << want[i];
+          EXPECT_EQ(bad, 0);
+        }
+        detail::set_bf16dot_hw_allowed(true);
       }
-      detail::set_bf16dot_hw_allowed(true);
+      // Batch invariance: each row alone gives its row of the batch.
+      std::vector<float> all(M * ldy, 0.0f);
+      lin.forward(x.data(), M, ldx, all.data(), ldy);
+      for (int64_t m = 0; m < M; ++m) {
+        std::vector<float> one(rows);
+        lin.forward(x.data() + m * ldx, 1, ldx, one.data(), rows);
+        EXPECT_EQ(std::memcmp(one.data(), all.data() + m * ldy, rows * 4), 0) << m;
+      }
+      // Split over more threads than this machine has cores.
+      core::ThreadPool pool(5);
+      std::vector<float> split(M * ldy, 0.0f);
+      lin.forward(x.data(), M, ldx, split.data(), ldy, &pool);
+      EXPECT_EQ(std::memcmp(split.data(), all.data(), all.size() * 4), 0);
     }
-    // Batch invariance: each row alone gives its row of the batch.
-    std::vector<float> all(M * ldy, 0.0f);
-    lin.forward(x.data(), M, ldx, all.data(), ldy);
-    for (int64_t m = 0; m < M; ++m) {
-      std::vector<float> one(rows);
-      lin.forward(x.data() + m * ldx, 1, ldx, one.data(), rows);
-      EXPECT_EQ(std::memcmp(one.data(), all.data() + m * ldy, rows * 4), 0) << m;
-    }
-    // Split over more threads than this machine has cores.
-    core::ThreadPool pool(5);
-    std::vector<float> split(M * ldy, 0.0f);
-    lin.forward(x.data(), M, ldx, split.data(), ldy, &pool);
-    EXPECT_EQ(std::memcmp(split.data(), all.data(), all.size() * 4), 0);
   }
 }
 

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
+
+#include "core/dtypes.h"
+#include "core/error.h"
 
 #include "kernels/cpu/index_score.h"
 #include "kernels/cpu/sink_attention.h"
@@ -121,6 +125,73 @@ TEST(SinkAttention, WeightedSumIsOneChainInRowOrderBitwise) {
           ASSERT_EQ(out[h * s.dim + i], want[i]) << target.name << " dim " << s.dim << " head " << h << " i " << i;
     }
   }
+}
+
+// Packed rows (bf16 dims, then fp32) hold values that fp32 rows hold too; the result is bitwise that of
+// those fp32 rows, on every target and in the scalar oracle: heads beyond one block, rows beyond one
+// logit block, dims with a scalar tail, the split at 0, inside and at the end of the dims.
+TEST(SinkAttention, PackedRowsGiveTheFp32RowsResultBitwise) {
+  struct Shape { int64_t heads, dim, n, bf16_dims; };
+  for (const Shape s : {Shape{16, 512, 37, 448}, Shape{4, 128, 9, 64}, Shape{5, 72, 13, 64}, Shape{3, 40, 6, 32},
+                        Shape{2, 64, 5, 0}, Shape{6, 48, 21, 48}, Shape{1, 16, 1, 16}}) {
+    const auto q = random_vec(s.heads * s.dim, 50 + s.n, 0.3f);
+    auto kv = random_vec(s.n * s.dim, 60 + s.n);
+    const auto sink = random_vec(s.heads, 70 + s.n, 2.0f);
+    const int64_t row_bytes = s.bf16_dims * 2 + (s.dim - s.bf16_dims) * 4;
+    std::vector<uint8_t> packed(s.n * row_bytes);
+    for (int64_t j = 0; j < s.n; ++j) {
+      for (int64_t i = 0; i < s.dim; ++i) {
+        float& v = kv[j * s.dim + i];
+        uint8_t* dst = packed.data() + j * row_bytes;
+        if (i < s.bf16_dims) {
+          v = core::round_to_bf16(v);
+          const uint16_t b = core::float_to_bf16(v);
+          std::memcpy(dst + 2 * i, &b, 2);
+        } else {
+          std::memcpy(dst + 2 * s.bf16_dims + 4 * (i - s.bf16_dims), &v, 4);
+        }
+      }
+    }
+    std::vector<const float*> rows;
+    std::vector<const uint8_t*> packed_rows;
+    for (int64_t j = 0; j < s.n; ++j) {
+      const int64_t r = (j * 7) % s.n;
+      rows.push_back(kv.data() + r * s.dim);
+      packed_rows.push_back(packed.data() + r * row_bytes);
+    }
+    std::vector<float> scratch(s.heads * (s.n + 1));
+    SinkAttention a;
+    a.q = q.data(); a.heads = s.heads; a.dim = s.dim; a.rows = rows.data(); a.n = s.n; a.sink = sink.data();
+    a.scale = 0.1f; a.scratch = scratch.data();
+    SinkAttention b = a;
+    b.rows = nullptr; b.packed = packed_rows.data(); b.packed_bf16 = s.bf16_dims;
+    for (bool bf16_probs : {false, true}) {
+      a.bf16_probs = b.bf16_probs = bf16_probs;
+      std::vector<float> want(s.heads * s.dim), got(s.heads * s.dim, 123.0f);
+      a.out = want.data(); b.out = got.data();
+      sink_attention_scalar(a);
+      sink_attention_scalar(b);
+      for (int64_t i = 0; i < s.heads * s.dim; ++i) ASSERT_EQ(core::float_bits(got[i]), core::float_bits(want[i])) << "scalar " << i;
+      for (const auto& target : available_targets()) {
+        ScopedTarget scope(target);
+        std::fill(got.begin(), got.end(), 123.0f);
+        a.out = want.data();
+        sink_attention(a);
+        b.out = got.data();
+        sink_attention(b);
+        for (int64_t i = 0; i < s.heads * s.dim; ++i)
+          ASSERT_EQ(core::float_bits(got[i]), core::float_bits(want[i]))
+              << target.name << " dim " << s.dim << " bf16 dims " << s.bf16_dims << " i " << i;
+      }
+    }
+  }
+  SinkAttention bad;
+  std::vector<float> scratch(4), out(24);
+  const uint8_t* row = nullptr;
+  const float sink = 0.0f;
+  bad.q = out.data(); bad.heads = 1; bad.dim = 24; bad.packed = &row; bad.packed_bf16 = 8; bad.n = 1;
+  bad.sink = &sink; bad.out = out.data(); bad.scratch = scratch.data();
+  EXPECT_THROW(sink_attention(bad), core::Error);  // 8 bf16 dims: a vector would straddle the parts
 }
 
 TEST(SinkAttention, SinkOnlyInflatesDenominator) {

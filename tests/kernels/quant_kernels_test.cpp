@@ -122,5 +122,32 @@ TEST(Fp8Block, EveryTargetDecodesAllCodesLikeScalar) {
   }
 }
 
+// The bf16 decode is the high half of the float one, and for every scale at or above 2^-117 (the
+// encoder's are) that half is the whole value: every code, scales from 2^-117 to 2^100.
+TEST(Fp8Block, Bf16DecodeIsTheExactValueOnEveryTarget) {
+  const int64_t block = 64;
+  std::vector<uint8_t> codes;
+  for (int c = 0; c < 256; ++c)
+    if ((c & 0x7F) != 0x7F) codes.push_back(static_cast<uint8_t>(c));
+  while (codes.size() % block) codes.push_back(0xB8);
+  const int64_t n = static_cast<int64_t>(codes.size());
+  std::vector<uint8_t> scales(n / block);
+  for (const uint8_t scale_code : {uint8_t{10}, uint8_t{105}, uint8_t{127}, uint8_t{227}}) {
+    std::fill(scales.begin(), scales.end(), scale_code);
+    std::vector<float> ref(n);
+    fp8_block_decode_scalar(codes.data(), scales.data(), n, block, ref.data());
+    for (const auto& target : available_targets()) {
+      ScopedTarget scope(target);
+      std::vector<uint16_t> out(n, 0x1234);
+      fp8_block_decode_bf16(codes.data(), scales.data(), n, block, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i], core::float_bits(ref[i]) >> 16) << target.name << " code " << int(codes[i]);
+        ASSERT_EQ(core::float_bits(core::bf16_to_float(out[i])), core::float_bits(ref[i]))
+            << target.name << " code " << int(codes[i]) << " scale code " << int(scale_code);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsinfer::kernels

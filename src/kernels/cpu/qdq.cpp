@@ -16,14 +16,20 @@ namespace hn = hwy::HWY_NAMESPACE;
 // E4M3 → fp32 without a table: the 7 magnitude bits placed at fp32 bits 20..26 form a number whose
 // exponent is biased by 127 instead of 7 (subnormals included, since an fp32 subnormal scaled by an
 // exact power of two stays exact), so one multiply by 2^120 rebiases it. NaN codes are never stored.
-void Fp8DecodeImpl(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, float* y) {
+// kBf16: y is uint16_t, each value's high half (see fp8_block_decode_bf16).
+template <bool kBf16>
+void Fp8DecodeAs(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, void* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(df)> d8;
+  const hn::Rebind<uint16_t, decltype(df)> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto rebias = hn::Set(df, 1.329227995784916e36f);  // 2^120
   const auto mag_mask = hn::Set(du, 0x7Fu);
   const auto sign_mask = hn::Set(du, 0x80u);
+  float* y = static_cast<float*>(out);
+  uint16_t* yh = static_cast<uint16_t*>(out);
   for (int64_t b = 0; b < n; b += block) {
     const auto vs = hn::Set(df, core::e8m0_to_float(scales[b / block]));
     int64_t i = b;
@@ -32,12 +38,32 @@ void Fp8DecodeImpl(const uint8_t* codes, const uint8_t* scales, int64_t n, int64
       const auto c = hn::PromoteTo(du, hn::LoadU(d8, codes + i));
       const auto mag = hn::BitCast(df, hn::ShiftLeft<20>(hn::And(c, mag_mask)));
       const auto sign = hn::ShiftLeft<24>(hn::And(c, sign_mask));
-      const auto v = hn::Mul(hn::Mul(mag, rebias), vs);
-      hn::StoreU(hn::Or(v, hn::BitCast(df, sign)), df, y + i);
+      const auto v = hn::Or(hn::Mul(hn::Mul(mag, rebias), vs), hn::BitCast(df, sign));
+      if constexpr (kBf16) {
+        // The high halves are at most 0xFFFF: the signed-to-unsigned demotion keeps them as they are.
+        hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, v)))), d16, yh + i);
+      } else {
+        hn::StoreU(v, df, y + i);
+      }
     }
     const float s = core::e8m0_to_float(scales[b / block]);
-    for (; i < end; ++i) y[i] = core::fp8_e4m3_to_float(codes[i]) * s;
+    for (; i < end; ++i) {
+      const float v = core::fp8_e4m3_to_float(codes[i]) * s;
+      if constexpr (kBf16) {
+        yh[i] = static_cast<uint16_t>(core::float_bits(v) >> 16);
+      } else {
+        y[i] = v;
+      }
+    }
   }
+}
+
+void Fp8DecodeImpl(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, float* y) {
+  Fp8DecodeAs<false>(codes, scales, n, block, y);
+}
+
+void Fp8DecodeBf16Impl(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, uint16_t* y) {
+  Fp8DecodeAs<true>(codes, scales, n, block, y);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -47,6 +73,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace dsinfer::kernels {
 HWY_EXPORT(Fp8DecodeImpl);
+HWY_EXPORT(Fp8DecodeBf16Impl);
 
 namespace {
 float block_amax(const float* x, int64_t n) {
@@ -68,6 +95,10 @@ void fp8_block_encode(const float* x, int64_t n, int64_t block, uint8_t* codes, 
 
 void fp8_block_decode(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, float* y) {
   HWY_DYNAMIC_DISPATCH(Fp8DecodeImpl)(codes, scales, n, block, y);
+}
+
+void fp8_block_decode_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, uint16_t* y) {
+  HWY_DYNAMIC_DISPATCH(Fp8DecodeBf16Impl)(codes, scales, n, block, y);
 }
 
 void fp8_block_decode_scalar(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, float* y) {

@@ -11,6 +11,10 @@ namespace dsinfer::kernels {
 // FP8 E4M3 codes (1 byte each) + one E8M0 scale byte per `block` values; n % block == 0.
 void fp8_block_encode(const float* x, int64_t n, int64_t block, uint8_t* codes, uint8_t* scales);
 void fp8_block_decode(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, float* y);
+// The same values as bf16, each the high half of the float fp8_block_decode gives. That is the exact
+// value whenever the scale is at least 2^-117 (every decoded value is then a normal float with at most
+// 4 significant bits); encoding's amax floor keeps its scales far above that.
+void fp8_block_decode_bf16(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, uint16_t* y);
 void fp8_block_decode_scalar(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, float* y);
 
 // FP4 E2M1 codes packed two per byte (element 2c low nibble) + one E8M0 scale per `block` values.

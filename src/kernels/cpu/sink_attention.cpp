@@ -10,26 +10,59 @@
 #include <limits>
 
 #include "core/dtypes.h"
+#include "core/error.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace dsinfer::kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The attended rows: fp32, or packed (bf16 dims, then fp32 ones). Each vector of dims lies in one part,
+// and widening bf16 to fp32 is exact, so every kernel below computes the same as on fp32 rows.
+struct F32Rows {
+  using Ptr = const float*;
+  const float* const* rows;
+  Ptr at(int64_t j) const { return rows[j]; }
+  template <class D>
+  HWY_INLINE auto Load(D d, Ptr p, int64_t i) const {
+    return hn::LoadU(d, p + i);
+  }
+  float Value(Ptr p, int64_t i) const { return p[i]; }
+};
+
+struct PackedRows {
+  using Ptr = const uint8_t*;
+  const uint8_t* const* rows;
+  int64_t bf16_dims;
+  Ptr at(int64_t j) const { return rows[j]; }
+  template <class D>
+  HWY_INLINE auto Load(D d, Ptr p, int64_t i) const {
+    if (i < bf16_dims) {
+      const hn::RebindToUnsigned<D> du;
+      const hn::Rebind<uint16_t, D> d16;
+      return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(p) + i))));
+    }
+    return hn::LoadU(d, reinterpret_cast<const float*>(p + 2 * bf16_dims) + (i - bf16_dims));
+  }
+  float Value(Ptr p, int64_t i) const { return packed_row_value(p, bf16_dims, i); }
+};
+
 // Every (head, row) logit is one vector accumulator over the dims in ascending order, reduced across
 // lanes, plus a scalar tail: the blocked loops below (2 heads x 4 rows share their loads) compute
 // exactly that, so a logit does not depend on which block it fell in.
-template <int kHeads, int kRows>
-inline void Logits(const float* const* q, const float* const* rows, int64_t dim, float scale, float* const* out) {
+template <int kHeads, int kRows, class R>
+inline void Logits(const float* const* q, const R& rw, int64_t j0, int64_t dim, float scale, float* const* out) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  typename R::Ptr rows[kRows];
+  for (int r = 0; r < kRows; ++r) rows[r] = rw.at(j0 + r);
   decltype(hn::Zero(d)) acc[kHeads][kRows];
   for (int h = 0; h < kHeads; ++h)
     for (int r = 0; r < kRows; ++r) acc[h][r] = hn::Zero(d);
   int64_t i = 0;
   for (; i + N <= dim; i += N) {
     decltype(hn::Zero(d)) k[kRows];
-    for (int r = 0; r < kRows; ++r) k[r] = hn::LoadU(d, rows[r] + i);
+    for (int r = 0; r < kRows; ++r) k[r] = rw.Load(d, rows[r], i);
     for (int h = 0; h < kHeads; ++h) {
       const auto qv = hn::LoadU(d, q[h] + i);
       for (int r = 0; r < kRows; ++r) acc[h][r] = hn::MulAdd(qv, k[r], acc[h][r]);
@@ -38,7 +71,7 @@ inline void Logits(const float* const* q, const float* const* rows, int64_t dim,
   for (int h = 0; h < kHeads; ++h) {
     for (int r = 0; r < kRows; ++r) {
       float sum = hn::GetLane(hn::SumOfLanes(d, acc[h][r]));
-      for (int64_t t = i; t < dim; ++t) sum += q[h][t] * rows[r][t];
+      for (int64_t t = i; t < dim; ++t) sum += q[h][t] * rw.Value(rows[r], t);
       out[h][r] = sum * scale;
     }
   }
@@ -47,16 +80,17 @@ inline void Logits(const float* const* q, const float* const* rows, int64_t dim,
 // o_h[i .. i + kVecs·N) = Σ_j p[h][j] · row_j over all n rows, each element one chain of multiply-adds
 // from zero with j ascending (the definition's order), held in registers for the whole chain: one pass
 // over the rows per slice of dims, with loads of the rows shared by kHeads heads and no stores inside.
-template <int kHeads, int kVecs>
-inline void AccumulateSlice(const float* const* p, const float* const* rows, int64_t n, int64_t i, float* const* o) {
+template <int kHeads, int kVecs, class R>
+inline void AccumulateSlice(const float* const* p, const R& rw, int64_t n, int64_t i, float* const* o) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   decltype(hn::Zero(d)) acc[kHeads][kVecs];
   for (int h = 0; h < kHeads; ++h)
     for (int v = 0; v < kVecs; ++v) acc[h][v] = hn::Zero(d);
   for (int64_t j = 0; j < n; ++j) {
+    const typename R::Ptr row = rw.at(j);
     decltype(hn::Zero(d)) k[kVecs];
-    for (int v = 0; v < kVecs; ++v) k[v] = hn::LoadU(d, rows[j] + i + v * N);
+    for (int v = 0; v < kVecs; ++v) k[v] = rw.Load(d, row, i + v * N);
     for (int h = 0; h < kHeads; ++h) {
       const auto pv = hn::Set(d, p[h][j]);
       for (int v = 0; v < kVecs; ++v) acc[h][v] = hn::MulAdd(pv, k[v], acc[h][v]);
@@ -66,8 +100,8 @@ inline void AccumulateSlice(const float* const* p, const float* const* rows, int
     for (int v = 0; v < kVecs; ++v) hn::StoreU(acc[h][v], d, o[h] + i + v * N);
 }
 
-template <int kHeads>
-void HeadBlock(const SinkAttention& a, int64_t h0, float* s) {
+template <int kHeads, class R>
+void HeadBlock(const SinkAttention& a, const R& rw, int64_t h0, float* s) {
   const int64_t n = a.n, dim = a.dim;
   const float* q[kHeads];
   for (int h = 0; h < kHeads; ++h) q[h] = a.q + (h0 + h) * dim;
@@ -75,17 +109,17 @@ void HeadBlock(const SinkAttention& a, int64_t h0, float* s) {
   for (; j + 4 <= n; j += 4) {
     float* out[kHeads];
     for (int h = 0; h < kHeads; ++h) out[h] = s + (h0 + h) * n + j;
-    Logits<kHeads, 4>(q, a.rows + j, dim, a.scale, out);
+    Logits<kHeads, 4>(q, rw, j, dim, a.scale, out);
   }
   for (; j < n; ++j) {
     float* out[kHeads];
     for (int h = 0; h < kHeads; ++h) out[h] = s + (h0 + h) * n + j;
-    Logits<kHeads, 1>(q, a.rows + j, dim, a.scale, out);
+    Logits<kHeads, 1>(q, rw, j, dim, a.scale, out);
   }
 }
 
-template <int kHeads>
-void HeadBlockPV(const SinkAttention& a, int64_t h0, const float* s) {
+template <int kHeads, class R>
+void HeadBlockPV(const SinkAttention& a, const R& rw, int64_t h0, const float* s) {
   const hn::ScalableTag<float> d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int64_t n = a.n, dim = a.dim;
@@ -96,12 +130,12 @@ void HeadBlockPV(const SinkAttention& a, int64_t h0, const float* s) {
     p[h] = s + (h0 + h) * n;
   }
   int64_t i = 0;
-  for (; i + 4 * N <= dim; i += 4 * N) AccumulateSlice<kHeads, 4>(p, a.rows, n, i, o);
-  for (; i + N <= dim; i += N) AccumulateSlice<kHeads, 1>(p, a.rows, n, i, o);
+  for (; i + 4 * N <= dim; i += 4 * N) AccumulateSlice<kHeads, 4>(p, rw, n, i, o);
+  for (; i + N <= dim; i += N) AccumulateSlice<kHeads, 1>(p, rw, n, i, o);
   for (; i < dim; ++i) {
     for (int h = 0; h < kHeads; ++h) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < n; ++j) acc = std::fma(p[h][j], a.rows[j][i], acc);
+      for (int64_t j = 0; j < n; ++j) acc = std::fma(p[h][j], rw.Value(rw.at(j), i), acc);
       o[h][i] = acc;
     }
   }
@@ -113,7 +147,8 @@ constexpr bool kWideHeads = true;
 constexpr bool kWideHeads = false;
 #endif
 
-void SinkAttentionImpl(const SinkAttention& a) {
+template <class R>
+void Attend(const SinkAttention& a, const R& rw) {
   const hn::ScalableTag<float> d;
   const hn::RebindToUnsigned<decltype(d)> du;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -124,10 +159,10 @@ void SinkAttentionImpl(const SinkAttention& a) {
   // With 32 vector registers (AVX-512) 4 heads share each pass over the rows (16 accumulators), else 2:
   // the rows (n · dim floats, beyond L1) are read once per pass, so half the passes halve that traffic.
   if constexpr (kWideHeads) {
-    for (; h + 4 <= H; h += 4) HeadBlock<4>(a, h, s);
+    for (; h + 4 <= H; h += 4) HeadBlock<4>(a, rw, h, s);
   }
-  for (; h + 2 <= H; h += 2) HeadBlock<2>(a, h, s);
-  for (; h < H; ++h) HeadBlock<1>(a, h, s);
+  for (; h + 2 <= H; h += 2) HeadBlock<2>(a, rw, h, s);
+  for (; h < H; ++h) HeadBlock<1>(a, rw, h, s);
   // Flooring the exponent keeps Highway's Exp inside its valid range; exp(-87) is ~0 next to exp(0).
   const auto exp_floor = hn::Set(d, -87.0f);
   for (int64_t hh = 0; hh < H; ++hh) {
@@ -159,16 +194,24 @@ void SinkAttentionImpl(const SinkAttention& a) {
   }
   h = 0;
   if constexpr (kWideHeads) {
-    for (; h + 4 <= H; h += 4) HeadBlockPV<4>(a, h, s);
+    for (; h + 4 <= H; h += 4) HeadBlockPV<4>(a, rw, h, s);
   }
-  for (; h + 2 <= H; h += 2) HeadBlockPV<2>(a, h, s);
-  for (; h < H; ++h) HeadBlockPV<1>(a, h, s);
+  for (; h + 2 <= H; h += 2) HeadBlockPV<2>(a, rw, h, s);
+  for (; h < H; ++h) HeadBlockPV<1>(a, rw, h, s);
   for (int64_t hh = 0; hh < H; ++hh) {
     const auto vden = hn::Set(d, den[hh]);
     float* oh = a.out + hh * dim;
     int64_t i = 0;
     for (; i + N <= dim; i += N) hn::StoreU(hn::Div(hn::LoadU(d, oh + i), vden), d, oh + i);
     for (; i < dim; ++i) oh[i] /= den[hh];
+  }
+}
+
+void SinkAttentionImpl(const SinkAttention& a) {
+  if (a.packed != nullptr) {
+    Attend(a, PackedRows{a.packed, a.packed_bf16});
+  } else {
+    Attend(a, F32Rows{a.rows});
   }
 }
 
@@ -180,7 +223,22 @@ HWY_AFTER_NAMESPACE();
 namespace dsinfer::kernels {
 HWY_EXPORT(SinkAttentionImpl);
 
+namespace {
+void check_rows(const SinkAttention& a) {
+  DSINFER_CHECK((a.rows != nullptr) != (a.packed != nullptr), "sink attention: give rows or packed rows, one of them");
+  DSINFER_CHECK(a.packed == nullptr || (a.packed_bf16 >= 0 && a.packed_bf16 <= a.dim &&
+                                        a.packed_bf16 % kSinkPackedAlign == 0),
+                "sink attention: packed rows' bf16 dims (", a.packed_bf16, ") must be a multiple of ",
+                kSinkPackedAlign, " within the ", a.dim, " dims");
+}
+
+float row_value(const SinkAttention& a, int64_t j, int64_t i) {
+  return a.rows != nullptr ? a.rows[j][i] : packed_row_value(a.packed[j], a.packed_bf16, i);
+}
+}  // namespace
+
 void sink_attention(const SinkAttention& a) {
+  check_rows(a);
   if (a.n <= 0) {
     std::fill(a.out, a.out + a.heads * a.dim, 0.0f);
     return;
@@ -189,6 +247,7 @@ void sink_attention(const SinkAttention& a) {
 }
 
 void sink_attention_scalar(const SinkAttention& a) {
+  check_rows(a);
   const int64_t n = a.n, dim = a.dim;
   for (int64_t h = 0; h < a.heads; ++h) {
     const float* qh = a.q + h * dim;
@@ -199,7 +258,7 @@ void sink_attention_scalar(const SinkAttention& a) {
     float m = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) acc += qh[i] * a.rows[j][i];
+      for (int64_t i = 0; i < dim; ++i) acc += qh[i] * row_value(a, j, i);
       l[j] = acc * a.scale;
       m = std::max(m, l[j]);
     }
@@ -208,7 +267,7 @@ void sink_attention_scalar(const SinkAttention& a) {
       float e = std::exp(l[j] - m);
       if (a.bf16_probs) e = core::round_to_bf16(e);
       sum += e;
-      for (int64_t i = 0; i < dim; ++i) oh[i] += e * a.rows[j][i];
+      for (int64_t i = 0; i < dim; ++i) oh[i] += e * row_value(a, j, i);
     }
     const float den = sum + std::exp(a.sink[h] - m);
     for (int64_t i = 0; i < dim; ++i) oh[i] /= den;

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+
+#include "core/dtypes.h"
 
 namespace dsinfer::kernels {
 
@@ -16,6 +19,12 @@ struct SinkAttention {
   int64_t heads = 0;
   int64_t dim = 0;
   const float* const* rows = nullptr; // n pointers to `dim` floats
+  // Or (rows null) n packed rows: `packed_bf16` bf16 values, then dim - packed_bf16 floats. A KV row's
+  // FP8-decoded dims are exact in bf16, so this holds the same values as fp32 rows in about half the
+  // bytes, and the result is bitwise the one of those fp32 rows. packed_bf16 is a multiple of 16 (every
+  // vector of dims lies in one part).
+  const uint8_t* const* packed = nullptr;
+  int64_t packed_bf16 = 0;
   int64_t n = 0;
   const float* sink = nullptr;        // [heads]
   float scale = 1.0f;
@@ -23,6 +32,20 @@ struct SinkAttention {
   float* out = nullptr;               // [heads][dim]
   float* scratch = nullptr;           // heads * (n + 1) floats
 };
+
+inline constexpr int64_t kSinkPackedAlign = 16;
+
+// Dim i of a packed row with bf16_dims leading bf16 values.
+inline float packed_row_value(const uint8_t* row, int64_t bf16_dims, int64_t i) {
+  if (i < bf16_dims) {
+    uint16_t b;
+    std::memcpy(&b, row + 2 * i, 2);
+    return core::bf16_to_float(b);
+  }
+  float f;
+  std::memcpy(&f, row + 2 * bf16_dims + 4 * (i - bf16_dims), 4);
+  return f;
+}
 
 void sink_attention(const SinkAttention& a);
 void sink_attention_scalar(const SinkAttention& a);

@@ -21,20 +21,25 @@ const float* product_input(const Numerics& num, const float* x, int64_t n, Works
   return q;
 }
 
-// Where every sequence's decoded KV rows live for this layer's attention.
+// Where every sequence's decoded KV rows (KvCodec::decode_packed) live for this layer's attention.
 struct SeqPlan {
   int64_t win_lo = 0;       // first window position decoded
   int64_t win_rows = 0;
   int64_t comp_rows = 0;    // decoded compressed entries
-  size_t win_offset = 0;    // float offsets into the decoded window rows
+  size_t win_offset = 0;    // byte offsets into the decoded window rows
   size_t comp_offset = 0;   // and into the decoded compressed entries (a buffer of their own)
   int32_t* slot_of = nullptr;    // CSA: entry index → decoded row, -1 if not selected by any row
 };
 
 struct DecodeJob {
   const uint8_t* src;
-  float* dst;
+  uint8_t* dst;
 };
+
+// n bytes of a float workspace slot.
+uint8_t* byte_buffer(Workspace& ws, int slot, size_t n) {
+  return reinterpret_cast<uint8_t*>(ws.f(slot, std::max<size_t>((n + 3) / 4, 1)));
+}
 
 // The largest step that runs the attention core and wo_a in one region per group of heads.
 constexpr int64_t kFusedGroupMaxRows = 16;
@@ -99,7 +104,8 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
       s.kv.encode(k, ctx.layer_state(ri.seq, ls).window.row(ri.pos));
     }
   });
-  // ---- the window KV rows each sequence attends, as fp32 (this step's rows are stored above) ----
+  // ---- the window KV rows each sequence attends, decoded (this step's rows are stored above) ----
+  const int64_t row_bytes = s.kv.packed_bytes();
   std::vector<SeqPlan> plans(ctx.seqs.size());
   std::vector<DecodeJob> jobs;
   size_t total = 0;
@@ -109,17 +115,17 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
     pl.win_lo = std::max<int64_t>({sq.window_floor, sq.start - W + 1, 0});
     pl.win_rows = sq.start + sq.n - pl.win_lo;
     pl.win_offset = total;
-    total += static_cast<size_t>(pl.win_rows) * hd;
+    total += static_cast<size_t>(pl.win_rows * row_bytes);
   }
-  float* decoded = ws.f(kWsKvDecoded, std::max<size_t>(total, 1));
+  uint8_t* decoded = byte_buffer(ws, kWsKvDecoded, total);
   for (size_t i = 0; i < ctx.seqs.size(); ++i) {
     const SeqPlan& pl = plans[i];
     const LayerState& st = ctx.layer_state(static_cast<int32_t>(i), ls);
     for (int64_t p = pl.win_lo; p < pl.win_lo + pl.win_rows; ++p)
-      jobs.push_back({st.window.row(p), decoded + pl.win_offset + (p - pl.win_lo) * hd});
+      jobs.push_back({st.window.row(p), decoded + pl.win_offset + (p - pl.win_lo) * row_bytes});
   }
   auto decode_jobs = [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) s.kv.decode(jobs[j].src, jobs[j].dst);
+    for (int64_t j = b; j < e; ++j) s.kv.decode_packed(jobs[j].src, jobs[j].dst);
   };
   // Pieces of at least 16 rows, at most 4 per thread (as parallel_for would split them).
   const int64_t n_jobs = static_cast<int64_t>(jobs.size());
@@ -165,7 +171,7 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
 
   // ---- decode the compressed entries each sequence attends ----
   ctx.clock.enter(Stage::kAttnCore);
-  float* decoded_comp = nullptr;
+  uint8_t* decoded_comp = nullptr;
   if (ls.compressed()) {
     jobs.clear();
     total = 0;
@@ -196,9 +202,9 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
       } else {
         pl.comp_rows = visible;
       }
-      total += static_cast<size_t>(pl.comp_rows) * hd;
+      total += static_cast<size_t>(pl.comp_rows * row_bytes);
     }
-    decoded_comp = ws.f(kWsKvDecodedComp, std::max<size_t>(total, 1));
+    decoded_comp = byte_buffer(ws, kWsKvDecodedComp, total);
     for (size_t i = 0; i < ctx.seqs.size(); ++i) {
       const SeqSlice& sq = ctx.seqs[i];
       const SeqPlan& pl = plans[i];
@@ -206,10 +212,10 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
         const int64_t visible = (sq.start + sq.n) / ls.ratio;
         for (int64_t g = 0; g < visible; ++g)
           if (pl.slot_of[g] >= 0)
-            jobs.push_back({sq.state->entry_kv(ls.part, g), decoded_comp + pl.comp_offset + pl.slot_of[g] * hd});
+            jobs.push_back({sq.state->entry_kv(ls.part, g), decoded_comp + pl.comp_offset + pl.slot_of[g] * row_bytes});
       } else {
         for (int64_t g = 0; g < pl.comp_rows; ++g)
-          jobs.push_back({sq.state->entry_kv(ls.part, g), decoded_comp + pl.comp_offset + g * hd});
+          jobs.push_back({sq.state->entry_kv(ls.part, g), decoded_comp + pl.comp_offset + g * row_bytes});
       }
     }
     ctx.pool->parallel_for(static_cast<int64_t>(jobs.size()), 16, decode_jobs);
@@ -223,24 +229,25 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
     const RowInfo& ri = ctx.rows[row];
     const SeqPlan& pl = plans[ri.seq];
     const SeqSlice& sq = ctx.seqs[ri.seq];
-    auto& rows = ws.tptrs(thread);
+    auto& rows = ws.tbytes(thread);
     rows.clear();
     // Canonical order: window keys by position, then compressed entries by index.
     const int64_t lo = std::max<int64_t>({sq.window_floor, ri.pos - W + 1, 0});
-    for (int64_t p = lo; p <= ri.pos; ++p) rows.push_back(decoded + pl.win_offset + (p - pl.win_lo) * hd);
+    for (int64_t p = lo; p <= ri.pos; ++p) rows.push_back(decoded + pl.win_offset + (p - pl.win_lo) * row_bytes);
     if (ls.csa()) {
       for (int32_t j = 0; j < sel_count[row]; ++j)
-        rows.push_back(decoded_comp + pl.comp_offset + pl.slot_of[sel[row * s.index_topk + j]] * hd);
+        rows.push_back(decoded_comp + pl.comp_offset + pl.slot_of[sel[row * s.index_topk + j]] * row_bytes);
     } else if (ls.compressed()) {
       const int64_t visible = (ri.pos + 1) / ls.ratio;
-      for (int64_t g = 0; g < visible; ++g) rows.push_back(decoded_comp + pl.comp_offset + g * hd);
+      for (int64_t g = 0; g < visible; ++g) rows.push_back(decoded_comp + pl.comp_offset + g * row_bytes);
     }
     const int64_t n = static_cast<int64_t>(rows.size());
     kernels::SinkAttention at;
     at.q = q + (row * H + h0) * hd;
     at.heads = h1 - h0;
     at.dim = hd;
-    at.rows = rows.data();
+    at.packed = rows.data();
+    at.packed_bf16 = s.kv.packed_bf16_dims();
     at.n = n;
     at.sink = w.sink.data() + h0;
     at.scale = scale;

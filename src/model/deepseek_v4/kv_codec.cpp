@@ -5,6 +5,7 @@
 #include "core/dtypes.h"
 #include "core/error.h"
 #include "kernels/cpu/qdq.h"
+#include "kernels/cpu/sink_attention.h"
 
 namespace dsinfer::model::deepseek_v4 {
 
@@ -14,6 +15,7 @@ KvCodec::KvCodec(int64_t head_dim, int64_t rope_dims, bool fp8_nope, bool bf16_r
   DSINFER_CHECK(block_ > 0 && nope_ >= 0 && (!fp8_nope || nope_ % block_ == 0), "KV nope dims (", nope_,
                 ") must be a multiple of the FP8 block ", block_);
   bytes_ = (fp8_nope_ ? nope_ + nope_ / block_ : nope_ * 4) + rope_ * (bf16_rope_ ? 2 : 4);
+  packed_bf16_ = fp8_nope_ && nope_ % kernels::kSinkPackedAlign == 0 ? nope_ : 0;
 }
 
 void KvCodec::encode(float* x, uint8_t* out) const {
@@ -38,6 +40,18 @@ void KvCodec::encode(float* x, uint8_t* out) const {
   }
 }
 
+void KvCodec::decode_rope(const uint8_t* p, float* r) const {
+  if (bf16_rope_) {
+    for (int64_t i = 0; i < rope_; ++i) {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      r[i] = core::bf16_to_float(b);
+    }
+  } else {
+    std::memcpy(r, p, rope_ * 4);
+  }
+}
+
 void KvCodec::decode(const uint8_t* in, float* x) const {
   const uint8_t* p = in;
   if (fp8_nope_) {
@@ -48,15 +62,18 @@ void KvCodec::decode(const uint8_t* in, float* x) const {
     p += nope_ * 4;
   }
   float* r = x + nope_;
-  if (bf16_rope_) {
-    for (int64_t i = 0; i < rope_; ++i) {
-      uint16_t b;
-      std::memcpy(&b, p + 2 * i, 2);
-      r[i] = core::bf16_to_float(b);
-    }
-  } else {
-    std::memcpy(r, p, rope_ * 4);
+  decode_rope(p, r);
+}
+
+void KvCodec::decode_packed(const uint8_t* in, uint8_t* out) const {
+  if (packed_bf16_ == 0) {
+    decode(in, reinterpret_cast<float*>(out));
+    return;
   }
+  kernels::fp8_block_decode_bf16(in, in + nope_, nope_, block_, reinterpret_cast<uint16_t*>(out));
+  const uint8_t* p = in + nope_ + nope_ / block_;
+  float* r = reinterpret_cast<float*>(out + 2 * nope_);
+  decode_rope(p, r);
 }
 
 IndexKeyCodec::IndexKeyCodec(int64_t dim, bool fp4, int64_t block) : dim_(dim), block_(block), fp4_(fp4) {

@@ -28,8 +28,18 @@ class KvCodec {
   void encode(float* x, uint8_t* out) const;
   void decode(const uint8_t* in, float* x) const;
 
+  // The row attention reads (kernels::SinkAttention's packed rows): the FP8 nope dims as bf16, which
+  // holds them exactly, then the rope dims as fp32. The values of decode() in packed_bytes(), about
+  // half of dim() floats. With fp32 nope dims (QDQ off), or a nope width off the kernel's alignment,
+  // packed_bf16_dims() is 0 and the row is decode()'s floats.
+  int64_t packed_bf16_dims() const { return packed_bf16_; }
+  int64_t packed_bytes() const { return packed_bf16_ * 2 + (dim_ - packed_bf16_) * 4; }
+  void decode_packed(const uint8_t* in, uint8_t* out) const;
+
  private:
-  int64_t dim_ = 0, rope_ = 0, nope_ = 0, bytes_ = 0, block_ = kKvFp8Block;
+  void decode_rope(const uint8_t* p, float* r) const;
+
+  int64_t dim_ = 0, rope_ = 0, nope_ = 0, bytes_ = 0, block_ = kKvFp8Block, packed_bf16_ = 0;
   bool fp8_nope_ = true, bf16_rope_ = false;
 };
 

@@ -43,6 +43,7 @@ class Workspace {
   int32_t* ti(int thread, int slot, size_t n) { return grow(thread_ints_[thread], slot, n); }
   std::vector<int32_t>& tvec(int thread) { return thread_vecs_[thread]; }
   std::vector<const float*>& tptrs(int thread) { return thread_ptrs_[thread]; }
+  std::vector<const uint8_t*>& tbytes(int thread) { return thread_bytes_[thread]; }
   // The MoE expert stage's buffers (model/layers/experts.h).
   layers::ExpertScratch& experts() { return experts_; }
   void set_threads(int n) {
@@ -51,6 +52,7 @@ class Workspace {
     thread_ints_.resize(n);
     thread_vecs_.resize(n);
     thread_ptrs_.resize(n);
+    thread_bytes_.resize(n);
   }
 
  private:
@@ -67,6 +69,7 @@ class Workspace {
   std::vector<std::vector<std::vector<int32_t>>> thread_ints_;
   std::vector<std::vector<int32_t>> thread_vecs_;
   std::vector<std::vector<const float*>> thread_ptrs_;
+  std::vector<std::vector<const uint8_t*>> thread_bytes_;
   layers::ExpertScratch experts_;
 };
 

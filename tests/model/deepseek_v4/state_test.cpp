@@ -9,7 +9,9 @@
 
 #include <xxhash.h>
 
+#include "core/dtypes.h"
 #include "kernels/cpu/qdq.h"
+#include "kernels/cpu/sink_attention.h"
 #include "model/deepseek_v4/kv_codec.h"
 #include "model/deepseek_v4/position_ring.h"
 #include "test_models.h"
@@ -378,6 +380,35 @@ TEST(V4KvCodec, DecodeGivesExactlyTheQdqValues) {
   EXPECT_EQ(key.bytes(), 64 + 4);  // model-v4.md §3.1: 68 B per indexer key
   KvCodec flash(512, 64, true, true);
   EXPECT_EQ(flash.bytes(), 583);   // §3.1: 583 B per KV entry
+}
+
+// The packed row attention reads holds decode()'s values: the nope dims as bf16 when they are FP8
+// codes (exactly), the rest as fp32; without the FP8 nope dims it is decode()'s floats.
+TEST(V4KvCodec, PackedDecodeHoldsTheDecodedValues) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  for (bool fp8 : {true, false}) {
+    for (bool bf16 : {true, false}) {
+      KvCodec codec(512, 64, fp8, bf16);
+      EXPECT_EQ(codec.packed_bf16_dims(), fp8 ? 448 : 0);
+      EXPECT_EQ(codec.packed_bytes(), fp8 ? 448 * 2 + 64 * 4 : 512 * 4);
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<float> x(512), y(512);
+        const float gain = std::ldexp(1.0f, trial - 10);  // blocks of very different scales
+        for (auto& v : x) v = dist(rng) * gain;
+        std::vector<uint8_t> bytes(codec.bytes()), packed(codec.packed_bytes(), 0xAB);
+        codec.encode(x.data(), bytes.data());
+        codec.decode(bytes.data(), y.data());
+        codec.decode_packed(bytes.data(), packed.data());
+        for (int64_t i = 0; i < 512; ++i)
+          ASSERT_EQ(core::float_bits(kernels::packed_row_value(packed.data(), codec.packed_bf16_dims(), i)),
+                    core::float_bits(y[i]))
+              << "fp8 " << fp8 << " bf16 " << bf16 << " dim " << i;
+      }
+    }
+  }
+  EXPECT_EQ(KvCodec(128, 64, true, false).packed_bf16_dims(), 64);  // TINY
+  EXPECT_EQ(KvCodec(72, 64, true, false, 8).packed_bf16_dims(), 0);  // 8 nope dims: off the alignment
 }
 
 // The codecs' blocks are parameters (V4's 64 / 32 are the defaults): another block changes the stored

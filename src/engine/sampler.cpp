@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/cpu/vec.h"
 
 namespace dsinfer::engine {
 namespace {
@@ -91,11 +92,7 @@ void apply_token_mask(std::span<float> logits, std::span<const uint32_t> mask) {
 
 int32_t argmax(std::span<const float> logits) {
   DSINFER_CHECK(!logits.empty(), "argmax over an empty logit row");
-  size_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
+  return static_cast<int32_t>(kernels::argmax_first(logits.data(), static_cast<int64_t>(logits.size())));
 }
 
 Distribution make_distribution(std::span<const float> logits, const SamplingParams& p) {

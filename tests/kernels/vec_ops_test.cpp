@@ -1,6 +1,7 @@
 // Every compiled SIMD target of the small vector kernels against the scalar oracle.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -46,6 +47,32 @@ TEST(VecOps, EveryTargetMatchesScalar) {
       scale(-1.5f, a.data(), y1.data(), n);
       scale_scalar(-1.5f, a.data(), y2.data(), n);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y1[i], y2[i]) << target.name;  // one rounding either way
+    }
+  }
+}
+
+// The first index of the maximum, ties and NaNs included, on every target: the scalar loop's answer.
+TEST(VecOps, ArgmaxIsTheFirstLargestOnEveryTarget) {
+  std::mt19937 rng(9);
+  for (int64_t n : {1, 2, 15, 16, 17, 33, 1000, 129280}) {
+    for (int variant = 0; variant < 6; ++variant) {
+      auto x = random_vec(n, 100 + n + variant);
+      if (variant == 1) std::sort(x.begin(), x.end());  // the best moves in every block
+      if (variant == 2) std::fill(x.begin(), x.end(), 0.25f);  // all tied: index 0
+      if (variant == 3 && n > 3) x[n - 1] = x[n / 2] = x[1] = 9.0f;  // ties: the first of them
+      if (variant == 4) x[rng() % n] = std::nanf("");  // a NaN never wins
+      if (variant == 5) x[0] = std::nanf("");  // a NaN first is kept
+      const int64_t want = argmax_first_scalar(x.data(), n);
+      if (variant == 2 || variant == 5) {
+        ASSERT_EQ(want, 0);
+      }
+      if (variant == 3 && n > 3) {
+        ASSERT_EQ(want, 1);
+      }
+      for (const auto& target : available_targets()) {
+        ScopedTarget scope(target);
+        ASSERT_EQ(argmax_first(x.data(), n), want) << target.name << " n=" << n << " variant " << variant;
+      }
     }
   }
 }

@@ -46,6 +46,23 @@ void ScaleImpl(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = a * x[i];
 }
 
+// A vector compare against the best so far skips every block with nothing larger; a block that has a
+// larger value is rescanned in order, so the result is the scalar loop's.
+int64_t ArgmaxFirstImpl(const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  int64_t best = 0;
+  int64_t i = 1;
+  for (; i + N <= n; i += N) {
+    if (hn::AllFalse(d, hn::Gt(hn::LoadU(d, x + i), hn::Set(d, x[best])))) continue;
+    for (int64_t k = i; k < i + N; ++k)
+      if (x[k] > x[best]) best = k;
+  }
+  for (; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace dsinfer::kernels
 HWY_AFTER_NAMESPACE();
@@ -56,11 +73,13 @@ HWY_EXPORT(DotImpl);
 HWY_EXPORT(SumSquaresImpl);
 HWY_EXPORT(AxpyImpl);
 HWY_EXPORT(ScaleImpl);
+HWY_EXPORT(ArgmaxFirstImpl);
 
 float dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(DotImpl)(a, b, n); }
 float sum_squares(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(SumSquaresImpl)(x, n); }
 void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(AxpyImpl)(a, x, y, n); }
 void scale(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(ScaleImpl)(a, x, y, n); }
+int64_t argmax_first(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(ArgmaxFirstImpl)(x, n); }
 
 float dot_scalar(const float* a, const float* b, int64_t n) {
   float s = 0.0f;
@@ -73,6 +92,12 @@ void axpy_scalar(float a, const float* x, float* y, int64_t n) {
 }
 void scale_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = a * x[i];
+}
+int64_t argmax_first_scalar(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
 }
 
 }  // namespace dsinfer::kernels

@@ -67,12 +67,13 @@ void compressor_forward(const CompressorWeights& w, const LayerShape& ls, bool i
       ptrs[n + p - first] = row + cw + half;
     }
     float* z = ctx.ws->tf(thread, 0, D);
-    float* scratch = ctx.ws->tf(thread, 1, 3 * D + 2 * pairs);
+    const int64_t pool_scratch = layers::softmax_pool_scratch(n, D);
+    float* scratch = ctx.ws->tf(thread, 1, pool_scratch + 2 * pairs);
     layers::softmax_pool(ptrs.data(), ptrs.data() + n, n, D, layers::PoolOrder::kSoftmaxFirst, z, scratch);
     num.bf16(z, D);
     kernels::rmsnorm(z, w.norm.data(), D, s.eps, z);
     num.bf16(z, D);
-    float* cs = scratch + 3 * D;
+    float* cs = scratch + pool_scratch;
     kernels::rope_cos_sin(freqs.data(), pairs, g * r, cs, cs + pairs);
     kernels::rope_rotate(z + D - s.rope_dim, cs, cs + pairs, pairs, false);
     num.bf16(z, D);

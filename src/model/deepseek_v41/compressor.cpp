@@ -22,7 +22,7 @@ void Prefill::compress(KvSource& s, const std::string& p, const Vec& u, const Ve
     return q >= pos0_ ? chunk.data() + (q - pos0_) * hd : kept.data() + (q / 2) * hd;
   };
   Vec z(static_cast<size_t>(n * hd));
-  std::vector<double> scratch(ratio == 2 ? 3 * hd : 0);
+  std::vector<double> scratch(ratio == 2 ? layers::softmax_pool_scratch(2, hd) : 0);
   for (int64_t e = G0; e < G1; ++e) {
     float* ze = z.data() + (e - G0) * hd;
     if (ratio == 2) {

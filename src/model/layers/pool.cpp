@@ -12,24 +12,27 @@ void softmax_pool(const float* const* values, const float* const* scores, int64_
   T* m = scratch;
   T* sum = scratch + dim;
   T* acc = scratch + 2 * dim;
+  T* e = scratch + 3 * dim;  // [n][dim]
   std::fill(m, m + dim, -std::numeric_limits<T>::infinity());
   std::fill(sum, sum + dim, T(0));
   std::fill(acc, acc + dim, T(0));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t c = 0; c < dim; ++c) m[c] = std::max(m[c], static_cast<T>(scores[t][c]));
   for (int64_t t = 0; t < n; ++t)
-    for (int64_t c = 0; c < dim; ++c) sum[c] += std::exp(static_cast<T>(scores[t][c]) - m[c]);
+    for (int64_t c = 0; c < dim; ++c) {
+      e[t * dim + c] = std::exp(static_cast<T>(scores[t][c]) - m[c]);
+      sum[c] += e[t * dim + c];
+    }
   if (order == PoolOrder::kSoftmaxFirst) {
     for (int64_t t = 0; t < n; ++t)
-      for (int64_t c = 0; c < dim; ++c)
-        acc[c] += (std::exp(static_cast<T>(scores[t][c]) - m[c]) / sum[c]) * static_cast<T>(values[t][c]);
+      for (int64_t c = 0; c < dim; ++c) acc[c] += (e[t * dim + c] / sum[c]) * static_cast<T>(values[t][c]);
     for (int64_t c = 0; c < dim; ++c) out[c] = static_cast<float>(acc[c]);
   } else {
     // The numerator starts from its first term, not from 0 (0 + −0 would be +0), as the reference's
     // e0·v0 + e1·v1 does.
     for (int64_t t = 0; t < n; ++t)
       for (int64_t c = 0; c < dim; ++c) {
-        const T term = std::exp(static_cast<T>(scores[t][c]) - m[c]) * static_cast<T>(values[t][c]);
+        const T term = e[t * dim + c] * static_cast<T>(values[t][c]);
         acc[c] = t == 0 ? term : acc[c] + term;
       }
     for (int64_t c = 0; c < dim; ++c) out[c] = static_cast<float>(acc[c] / sum[c]);

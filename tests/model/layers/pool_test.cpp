@@ -46,8 +46,8 @@ TEST(LayersPool, BothOrdersMatchTheDefinitionAndSkipMinusInfinity) {
   c.point(n, dim);
   for (PoolOrder order : {PoolOrder::kSoftmaxFirst, PoolOrder::kDivideLast}) {
     std::vector<float> of(dim), od(dim);
-    std::vector<float> sf(3 * dim);
-    std::vector<double> sd(3 * dim);
+    std::vector<float> sf(softmax_pool_scratch(n, dim));
+    std::vector<double> sd(softmax_pool_scratch(n, dim));
     softmax_pool(c.vp.data(), c.sp.data(), n, dim, order, of.data(), sf.data());
     softmax_pool(c.vp.data(), c.sp.data(), n, dim, order, od.data(), sd.data());
     for (int64_t ch = 0; ch < dim; ++ch) {
@@ -69,7 +69,7 @@ TEST(LayersPool, DivideLastIsV41sPairFormulaBitForBit) {
   c.v[dim + 3] = -0.0f;
   c.point(2, dim);
   std::vector<float> out(dim);
-  std::vector<double> scratch(3 * dim);
+  std::vector<double> scratch(softmax_pool_scratch(2, dim));
   softmax_pool(c.vp.data(), c.sp.data(), 2, dim, PoolOrder::kDivideLast, out.data(), scratch.data());
   for (int64_t ch = 0; ch < dim; ++ch) {
     const double s0 = c.s[ch], s1 = c.s[dim + ch];
@@ -86,7 +86,7 @@ TEST(LayersPool, SoftmaxFirstIsV4sFloatOrderBitForBit) {
   const int64_t dim = 17, n = 4;
   Candidates c(n, dim, 9);
   c.point(n, dim);
-  std::vector<float> out(dim), scratch(3 * dim);
+  std::vector<float> out(dim), scratch(softmax_pool_scratch(n, dim));
   softmax_pool(c.vp.data(), c.sp.data(), n, dim, PoolOrder::kSoftmaxFirst, out.data(), scratch.data());
   for (int64_t ch = 0; ch < dim; ++ch) {
     float m = -std::numeric_limits<float>::infinity(), z = 0.0f, acc = 0.0f;
@@ -105,7 +105,7 @@ TEST(LayersPool, EqualScoresAverageAndOneCandidateIsItself) {
   const float* sp[2] = {s.data(), s.data()};
   for (PoolOrder order : {PoolOrder::kSoftmaxFirst, PoolOrder::kDivideLast}) {
     std::vector<float> out(dim);
-    std::vector<double> scratch(3 * dim);
+    std::vector<double> scratch(softmax_pool_scratch(2, dim));
     softmax_pool(vp, sp, 2, dim, order, out.data(), scratch.data());
     for (int64_t ch = 0; ch < dim; ++ch) EXPECT_EQ(out[ch], (a[ch] + b[ch]) / 2) << ch;
     softmax_pool(vp, sp, 1, dim, order, out.data(), scratch.data());

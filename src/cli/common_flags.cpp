@@ -14,8 +14,8 @@ void add_model_flags(Args& args, NumericsDefault numerics_default, const std::st
   args.option("model", "DIR", model_help);
   args.option("numerics", "MODE",
               "exact (fp32 activations), reference (activation FP8 QDQ, bf16 storage) or fast (int8 activations x "
-              "FP4 routed experts as integer dots, and bf16 dot products for the BF16 head, the V4 compressors and the "
-              "FP8 products on AVX-512 BF16; on V4.1 the FP8 products stay exact and there is no reference; no "
+              "FP4 routed experts as integer dots, and bf16 dot products for the BF16 head, the V4 compressors, the "
+              "FP8 products and V4's attention logits on AVX-512 BF16; on V4.1 the FP8 products stay exact and there is no reference; no "
               "further from the plain fp32 numerics than the official numerics are, README 'Numerics'). Every "
               "mode is deterministic and batch invariant",
               numerics_default == NumericsDefault::kFast ? "fast" : "exact");

@@ -11,6 +11,8 @@
 #include "core/error.h"
 
 #include "kernels/cpu/index_score.h"
+#include "kernels/cpu/linear_bf16dot.h"
+#include "kernels/cpu/linear_bf16dot_scalar.h"
 #include "kernels/cpu/sink_attention.h"
 #include "kernels/cpu/targets.h"
 #include "random_data.h"
@@ -192,6 +194,82 @@ TEST(SinkAttention, PackedRowsGiveTheFp32RowsResultBitwise) {
   bad.q = out.data(); bad.heads = 1; bad.dim = 24; bad.packed = &row; bad.packed_bf16 = 8; bad.n = 1;
   bad.sink = &sink; bad.out = out.data(); bad.scratch = scratch.data();
   EXPECT_THROW(sink_attention(bad), core::Error);  // 8 bf16 dims: a vector would straddle the parts
+}
+
+// Fast numerics' logits: vdpbf16ps chains over the bf16 dims against bf16-rounded q. On the AVX-512
+// target the hardware path and sink_logit_bf16_model give the same attention output bitwise (only the
+// logits differ between the two paths); every target matches the scalar oracle and a float64
+// evaluation of the definition with q's bf16 dims rounded; and the flag changes the result.
+TEST(SinkAttention, Bf16LogitsAreTheModelsOnEveryTarget) {
+  struct Shape { int64_t heads, dim, n, bf16_dims; };
+  for (const Shape s : {Shape{16, 512, 37, 448}, Shape{4, 128, 9, 64}, Shape{5, 80, 13, 64}, Shape{3, 72, 6, 32},
+                        Shape{1, 32, 1, 32}, Shape{6, 96, 130, 64}}) {
+    auto q = random_vec(s.heads * s.dim, 80 + s.n, 0.3f);
+    auto kv = random_vec(s.n * s.dim, 90 + s.n);
+    const auto sink = random_vec(s.heads, 100 + s.n, 2.0f);
+    kv[1] = core::bf16_to_float(0x0001);  // a bf16 subnormal, which the instruction reads as zero
+    q[1] = core::bf16_to_float(0x8003);
+    const int64_t row_bytes = s.bf16_dims * 2 + (s.dim - s.bf16_dims) * 4;
+    std::vector<uint8_t> packed(s.n * row_bytes);
+    std::vector<const uint8_t*> rows;
+    for (int64_t j = 0; j < s.n; ++j) {
+      for (int64_t i = 0; i < s.dim; ++i) {
+        float& v = kv[j * s.dim + i];
+        uint8_t* dst = packed.data() + j * row_bytes;
+        if (i < s.bf16_dims) {
+          v = core::round_to_bf16(v);
+          const uint16_t b = core::float_to_bf16(v);
+          std::memcpy(dst + 2 * i, &b, 2);
+        } else {
+          std::memcpy(dst + 2 * s.bf16_dims + 4 * (i - s.bf16_dims), &v, 4);
+        }
+      }
+      rows.push_back(packed.data() + ((j * 7) % s.n) * row_bytes);
+    }
+    SinkAttention a;
+    a.q = q.data(); a.heads = s.heads; a.dim = s.dim; a.packed = rows.data(); a.packed_bf16 = s.bf16_dims;
+    a.n = s.n; a.sink = sink.data(); a.scale = 0.1f; a.bf16_logits = true;
+    std::vector<float> scratch(sink_attention_scratch(a)), ref(s.heads * s.dim);
+    a.scratch = scratch.data();
+    a.out = ref.data();
+    sink_attention_scalar(a);
+    // The definition in float64, q's bf16 dims rounded, subnormal bf16 products dropped.
+    std::vector<float> qr = q;
+    std::vector<const float*> frows;
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t i = 0; i < s.bf16_dims; ++i) {
+        float& v = qr[h * s.dim + i];
+        v = detail::bf16_daz(core::float_to_bf16(v));
+      }
+    std::vector<float> kd = kv;
+    for (int64_t j = 0; j < s.n; ++j)
+      for (int64_t i = 0; i < s.bf16_dims; ++i) kd[j * s.dim + i] = detail::bf16_daz(core::float_to_bf16(kd[j * s.dim + i]));
+    for (int64_t j = 0; j < s.n; ++j) frows.push_back(kd.data() + ((j * 7) % s.n) * s.dim);
+    const auto exact = attention_f64(qr, s.heads, s.dim, frows, sink, 0.1);
+    for (int64_t i = 0; i < s.heads * s.dim; ++i) ASSERT_NEAR(ref[i], exact[i], 1e-5) << "scalar i=" << i;
+    std::vector<float> plain(s.heads * s.dim);
+    SinkAttention e = a;
+    e.bf16_logits = false;
+    e.out = plain.data();
+    sink_attention_scalar(e);
+    if (s.dim >= 128) {
+      EXPECT_NE(ref, plain) << "bf16 logits gave the fp32 logits' result";
+    }
+    for (const auto& target : available_targets()) {
+      ScopedTarget scope(target);
+      std::vector<float> hw(s.heads * s.dim, 123.0f), model(s.heads * s.dim, 321.0f);
+      a.out = hw.data();
+      sink_attention(a);
+      detail::set_bf16dot_hw_allowed(false);
+      a.out = model.data();
+      sink_attention(a);
+      detail::set_bf16dot_hw_allowed(true);
+      for (int64_t i = 0; i < s.heads * s.dim; ++i) {
+        ASSERT_EQ(core::float_bits(hw[i]), core::float_bits(model[i])) << target.name << " dim " << s.dim << " i " << i;
+        ASSERT_NEAR(hw[i], ref[i], 2e-6 + 1e-5 * std::fabs(ref[i])) << target.name;
+      }
+    }
+  }
 }
 
 TEST(SinkAttention, SinkOnlyInflatesDenominator) {

@@ -8,9 +8,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/dtypes.h"
 #include "core/error.h"
+#include "kernels/cpu/linear_bf16dot.h"
+#include "kernels/cpu/linear_bf16dot_scalar.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 HWY_BEFORE_NAMESPACE();
 namespace dsinfer::kernels {
@@ -141,6 +148,114 @@ void HeadBlockPV(const SinkAttention& a, const R& rw, int64_t h0, const float* s
   }
 }
 
+// q's bf16 dims rounded to nearest even (core::float_to_bf16 for the finite values q holds).
+void QToBf16(const SinkAttention& a, uint16_t* qb) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<uint16_t, decltype(d)> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), nb = a.packed_bf16;
+  for (int64_t h = 0; h < a.heads; ++h) {
+    const float* q = a.q + h * a.dim;
+    uint16_t* out = qb + h * nb;
+    int64_t i = 0;
+    for (; i + N <= nb; i += N) {
+      const auto u = hn::BitCast(du, hn::LoadU(d, q + i));
+      const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+      const auto r = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
+      hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, out + i);
+    }
+    for (; i < nb; ++i) out[i] = core::float_to_bf16(q[i]);
+  }
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+// The lanes' sum in sink_logit_bf16_model's tree order. The zero-masked shuffles: GCC 12 warns
+// (falsely) about the _mm512_undefined_ps inside the unmasked ones.
+__attribute__((target(HWY_TARGET_STR ",avx512bf16"))) inline float SumTree(__m512 v) {
+  const __mmask16 all = 0xFFFF;
+  const __m512 a = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(all, v, v, 0x4E));  // lane l + l+8
+  const __m512 b = _mm512_add_ps(a, _mm512_maskz_shuffle_f32x4(all, a, a, 0xB1));  // + l+4
+  const __m512 c = _mm512_add_ps(b, _mm512_maskz_permute_ps(all, b, 0x4E));        // + l+2
+  return _mm512_cvtss_f32(_mm512_add_ps(c, _mm512_maskz_permute_ps(all, c, 0xB1)));  // + l+1
+}
+
+// kHeads x kRows logits of sink_logit_bf16_model, each row's loads shared by the heads.
+template <int kHeads, int kRows>
+__attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void LogitsBf16Hw(const uint16_t* const* qb,
+                                                                      const float* const* q,
+                                                                      const uint8_t* const* rows, int64_t nb,
+                                                                      int64_t dim, float scale, float* const* out) {
+  __m512 acc[kHeads][kRows];
+  for (int h = 0; h < kHeads; ++h)
+    for (int r = 0; r < kRows; ++r) acc[h][r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; i += 32) {
+    __m512i k[kRows];
+    for (int r = 0; r < kRows; ++r) k[r] = _mm512_loadu_si512(rows[r] + 2 * i);
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512i qv = _mm512_loadu_si512(qb[h] + i);
+      for (int r = 0; r < kRows; ++r) acc[h][r] = _mm512_dpbf16_ps(acc[h][r], (__m512bh)qv, (__m512bh)k[r]);
+    }
+  }
+  int64_t i = nb;
+  for (; i + 16 <= dim; i += 16) {
+    __m512 k[kRows];
+    for (int r = 0; r < kRows; ++r)
+      k[r] = _mm512_loadu_ps(reinterpret_cast<const float*>(rows[r] + 2 * nb) + (i - nb));
+    for (int h = 0; h < kHeads; ++h) {
+      const __m512 qv = _mm512_loadu_ps(q[h] + i);
+      for (int r = 0; r < kRows; ++r) acc[h][r] = _mm512_fmadd_ps(qv, k[r], acc[h][r]);
+    }
+  }
+  for (int h = 0; h < kHeads; ++h) {
+    for (int r = 0; r < kRows; ++r) {
+      float sum = SumTree(acc[h][r]);
+      for (int64_t t = i; t < dim; ++t) sum = std::fma(q[h][t], packed_row_value(rows[r], nb, t), sum);
+      out[h][r] = sum * scale;
+    }
+  }
+}
+
+template <int kHeads>
+void HeadBlockBf16(const SinkAttention& a, int64_t h0, float* s, const uint16_t* qb) {
+  const int64_t n = a.n, dim = a.dim, nb = a.packed_bf16;
+  const uint16_t* qh[kHeads];
+  const float* q[kHeads];
+  for (int h = 0; h < kHeads; ++h) {
+    qh[h] = qb + (h0 + h) * nb;
+    q[h] = a.q + (h0 + h) * dim;
+  }
+  int64_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    float* out[kHeads];
+    for (int h = 0; h < kHeads; ++h) out[h] = s + (h0 + h) * n + j;
+    LogitsBf16Hw<kHeads, 4>(qh, q, a.packed + j, nb, dim, a.scale, out);
+  }
+  for (; j < n; ++j) {
+    float* out[kHeads];
+    for (int h = 0; h < kHeads; ++h) out[h] = s + (h0 + h) * n + j;
+    LogitsBf16Hw<kHeads, 1>(qh, q, a.packed + j, nb, dim, a.scale, out);
+  }
+}
+#endif
+
+// The bf16_logits logits [H][n] into s.
+void LogitsBf16(const SinkAttention& a, float* s, uint16_t* qb) {
+  QToBf16(a, qb);
+  const int64_t n = a.n, nb = a.packed_bf16, H = a.heads;
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
+  if (bf16dot_hardware()) {
+    int64_t h = 0;
+    for (; h + 4 <= H; h += 4) HeadBlockBf16<4>(a, h, s, qb);
+    for (; h < H; ++h) HeadBlockBf16<1>(a, h, s, qb);
+    return;
+  }
+#endif
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t j = 0; j < n; ++j)
+      s[h * n + j] = sink_logit_bf16_model(qb + h * nb, a.q + h * a.dim, a.packed[j], nb, a.dim) * a.scale;
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 constexpr bool kWideHeads = true;
 #else
@@ -156,6 +271,10 @@ void Attend(const SinkAttention& a, const R& rw) {
   float* s = a.scratch;            // [H][n] logits, then exp(l − M)
   float* den = a.scratch + H * n;  // [H]
   int64_t h = 0;
+  if (a.bf16_logits) {
+    LogitsBf16(a, s, reinterpret_cast<uint16_t*>(a.scratch + H * (n + 1)));
+    h = H;
+  }
   // With 32 vector registers (AVX-512) 4 heads share each pass over the rows (16 accumulators), else 2:
   // the rows (n · dim floats, beyond L1) are read once per pass, so half the passes halve that traffic.
   if constexpr (kWideHeads) {
@@ -230,12 +349,35 @@ void check_rows(const SinkAttention& a) {
                                         a.packed_bf16 % kSinkPackedAlign == 0),
                 "sink attention: packed rows' bf16 dims (", a.packed_bf16, ") must be a multiple of ",
                 kSinkPackedAlign, " within the ", a.dim, " dims");
+  DSINFER_CHECK(!a.bf16_logits || (a.packed != nullptr && a.packed_bf16 % 32 == 0),
+                "sink attention: bf16 logits need packed rows with a multiple of 32 bf16 dims, not ", a.packed_bf16);
 }
 
 float row_value(const SinkAttention& a, int64_t j, int64_t i) {
   return a.rows != nullptr ? a.rows[j][i] : packed_row_value(a.packed[j], a.packed_bf16, i);
 }
 }  // namespace
+
+float sink_logit_bf16_model(const uint16_t* qb, const float* q, const uint8_t* row, int64_t bf16_dims, int64_t dim) {
+  float lane[16] = {};
+  for (int64_t i = 0; i < bf16_dims; i += 32) {
+    for (int l = 0; l < 16; ++l) {
+      for (int64_t e : {i + 2 * l + 1, i + 2 * l}) {
+        uint16_t k;
+        std::memcpy(&k, row + 2 * e, 2);
+        lane[l] = detail::ftz(lane[l] + detail::bf16_daz(qb[e]) * detail::bf16_daz(k));
+      }
+    }
+  }
+  int64_t i = bf16_dims;
+  for (; i + 16 <= dim; i += 16)
+    for (int l = 0; l < 16; ++l) lane[l] = std::fma(q[i + l], packed_row_value(row, bf16_dims, i + l), lane[l]);
+  for (int step = 8; step >= 1; step /= 2)
+    for (int l = 0; l < step; ++l) lane[l] += lane[l + step];
+  float sum = lane[0];
+  for (int64_t t = i; t < dim; ++t) sum = std::fma(q[t], packed_row_value(row, bf16_dims, t), sum);
+  return sum;
+}
 
 void sink_attention(const SinkAttention& a) {
   check_rows(a);
@@ -256,9 +398,15 @@ void sink_attention_scalar(const SinkAttention& a) {
     if (n <= 0) continue;
     float* l = a.scratch;
     float m = -std::numeric_limits<float>::infinity();
+    std::vector<uint16_t> qb(a.bf16_logits ? a.packed_bf16 : 0);
+    for (size_t i = 0; i < qb.size(); ++i) qb[i] = core::float_to_bf16(qh[i]);
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) acc += qh[i] * row_value(a, j, i);
+      if (a.bf16_logits) {
+        acc = sink_logit_bf16_model(qb.data(), qh, a.packed[j], a.packed_bf16, dim);
+      } else {
+        for (int64_t i = 0; i < dim; ++i) acc += qh[i] * row_value(a, j, i);
+      }
       l[j] = acc * a.scale;
       m = std::max(m, l[j]);
     }

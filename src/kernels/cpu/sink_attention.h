@@ -25,13 +25,28 @@ struct SinkAttention {
   // vector of dims lies in one part).
   const uint8_t* const* packed = nullptr;
   int64_t packed_bf16 = 0;
+  // Fast numerics, packed rows with packed_bf16 % 32 == 0: each logit's bf16 dims as one vdpbf16ps
+  // chain against q rounded to bf16 (the reference kernel's bf16 q), its fp32 dims as before
+  // (sink_logit_bf16_model is the exact order; CPUs without AVX-512 BF16 run that model).
+  bool bf16_logits = false;
   int64_t n = 0;
   const float* sink = nullptr;        // [heads]
   float scale = 1.0f;
   bool bf16_probs = false;            // reference numerics: exp(l − M) rounded to bf16 before P·V
   float* out = nullptr;               // [heads][dim]
-  float* scratch = nullptr;           // heads * (n + 1) floats
+  float* scratch = nullptr;           // sink_attention_scratch(*this) floats
 };
+
+// Floats of scratch: heads * (n + 1), and with bf16_logits the bf16 copy of q's bf16 dims.
+inline int64_t sink_attention_scratch(const SinkAttention& a) {
+  return a.heads * (a.n + 1) + (a.bf16_logits ? (a.heads * a.packed_bf16 + 1) / 2 : 0);
+}
+
+// One unscaled bf16_logits logit: 16 lanes as a zmm holds them; over the bf16 dims in steps of 32, lane
+// l adds the products of dims 32s+2l+1 then 32s+2l (vdpbf16ps: bf16 subnormals read as zero, every
+// step rounded once and flushed to zero); over the fp32 dims in steps of 16 a fused multiply-add per
+// lane; the lanes summed as a tree (l + l+8, + l+4, + l+2, + l+1), then the dims past the last step.
+float sink_logit_bf16_model(const uint16_t* qb, const float* q, const uint8_t* row, int64_t bf16_dims, int64_t dim);
 
 inline constexpr int64_t kSinkPackedAlign = 16;
 

@@ -252,8 +252,9 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
     at.sink = w.sink.data() + h0;
     at.scale = scale;
     at.bf16_probs = num.reference();
+    at.bf16_logits = s.bf16_logits;
     at.out = o + (row * H + h0) * hd;
-    at.scratch = ws.tf(thread, 0, (h1 - h0) * (n + 1));
+    at.scratch = ws.tf(thread, 0, kernels::sink_attention_scratch(at));
     kernels::sink_attention(at);
     for (int64_t h = h0; h < h1; ++h) {
       float* oh = o + (row * H + h) * hd;

@@ -45,6 +45,8 @@ struct ModelShape {
   std::vector<LayerShape> layers;  // backbone layers, then the MTP block if any
   std::vector<float> rope_freqs[2];
   KvCodec kv;
+  // Fast numerics on AVX-512 BF16: the attention logits' FP8 dims on bf16 dots (kernels::SinkAttention).
+  bool bf16_logits = false;
   IndexKeyCodec key;
   std::shared_ptr<const BlockLayout> blocks;
 

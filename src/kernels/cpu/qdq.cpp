@@ -21,7 +21,6 @@ template <bool kBf16>
 void Fp8DecodeAs(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t block, void* out) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<uint8_t, decltype(df)> d8;
   const hn::Rebind<uint16_t, decltype(df)> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -40,8 +39,7 @@ void Fp8DecodeAs(const uint8_t* codes, const uint8_t* scales, int64_t n, int64_t
       const auto sign = hn::ShiftLeft<24>(hn::And(c, sign_mask));
       const auto v = hn::Or(hn::Mul(hn::Mul(mag, rebias), vs), hn::BitCast(df, sign));
       if constexpr (kBf16) {
-        // The high halves are at most 0xFFFF: the signed-to-unsigned demotion keeps them as they are.
-        hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(hn::BitCast(du, v)))), d16, yh + i);
+        hn::StoreU(hn::TruncateTo(d16, hn::ShiftRight<16>(hn::BitCast(du, v))), d16, yh + i);
       } else {
         hn::StoreU(v, df, y + i);
       }

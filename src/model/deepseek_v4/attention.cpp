@@ -124,8 +124,17 @@ void attention_forward(const AttentionWeights& w, const LayerShape& ls, StepCont
     for (int64_t p = pl.win_lo; p < pl.win_lo + pl.win_rows; ++p)
       jobs.push_back({st.window.row(p), decoded + pl.win_offset + (p - pl.win_lo) * row_bytes});
   }
+  // Two rows ahead, the source bytes are requested and the destination lines claimed: without it the
+  // decode stalled on its stores (the buffer's lines are far out of L2 by then: 75 % of the decode's
+  // samples sat on its store in a 16-row step).
   auto decode_jobs = [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) s.kv.decode_packed(jobs[j].src, jobs[j].dst);
+    for (int64_t j = b; j < e; ++j) {
+      if (j + 2 < e) {
+        for (int64_t off = 0; off < s.kv.bytes(); off += 64) __builtin_prefetch(jobs[j + 2].src + off, 0, 3);
+        for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(jobs[j + 2].dst + off, 1, 3);
+      }
+      s.kv.decode_packed(jobs[j].src, jobs[j].dst);
+    }
   };
   // Pieces of at least 16 rows, at most 4 per thread (as parallel_for would split them).
   const int64_t n_jobs = static_cast<int64_t>(jobs.size());

@@ -129,6 +129,27 @@ TEST(SinkAttention, WeightedSumIsOneChainInRowOrderBitwise) {
   }
 }
 
+// n rows of dim floats as packed rows (SinkAttention::packed) of bf16_dims bf16 values, then floats; kv's
+// bf16 dims are rounded to what the packed rows hold.
+std::vector<uint8_t> pack_rows(std::vector<float>& kv, int64_t n, int64_t dim, int64_t bf16_dims) {
+  const int64_t row_bytes = bf16_dims * 2 + (dim - bf16_dims) * 4;
+  std::vector<uint8_t> packed(n * row_bytes);
+  for (int64_t j = 0; j < n; ++j) {
+    uint8_t* dst = packed.data() + j * row_bytes;
+    for (int64_t i = 0; i < dim; ++i) {
+      float& v = kv[j * dim + i];
+      if (i < bf16_dims) {
+        v = core::round_to_bf16(v);
+        const uint16_t b = core::float_to_bf16(v);
+        std::memcpy(dst + 2 * i, &b, 2);
+      } else {
+        std::memcpy(dst + 2 * bf16_dims + 4 * (i - bf16_dims), &v, 4);
+      }
+    }
+  }
+  return packed;
+}
+
 // Packed rows (bf16 dims, then fp32) hold values that fp32 rows hold too; the result is bitwise that of
 // those fp32 rows, on every target and in the scalar oracle: heads beyond one block, rows beyond one
 // logit block, dims with a scalar tail, the split at 0, inside and at the end of the dims.
@@ -140,20 +161,7 @@ TEST(SinkAttention, PackedRowsGiveTheFp32RowsResultBitwise) {
     auto kv = random_vec(s.n * s.dim, 60 + s.n);
     const auto sink = random_vec(s.heads, 70 + s.n, 2.0f);
     const int64_t row_bytes = s.bf16_dims * 2 + (s.dim - s.bf16_dims) * 4;
-    std::vector<uint8_t> packed(s.n * row_bytes);
-    for (int64_t j = 0; j < s.n; ++j) {
-      for (int64_t i = 0; i < s.dim; ++i) {
-        float& v = kv[j * s.dim + i];
-        uint8_t* dst = packed.data() + j * row_bytes;
-        if (i < s.bf16_dims) {
-          v = core::round_to_bf16(v);
-          const uint16_t b = core::float_to_bf16(v);
-          std::memcpy(dst + 2 * i, &b, 2);
-        } else {
-          std::memcpy(dst + 2 * s.bf16_dims + 4 * (i - s.bf16_dims), &v, 4);
-        }
-      }
-    }
+    const std::vector<uint8_t> packed = pack_rows(kv, s.n, s.dim, s.bf16_dims);
     std::vector<const float*> rows;
     std::vector<const uint8_t*> packed_rows;
     for (int64_t j = 0; j < s.n; ++j) {
@@ -210,22 +218,9 @@ TEST(SinkAttention, Bf16LogitsAreTheModelsOnEveryTarget) {
     kv[1] = core::bf16_to_float(0x0001);  // a bf16 subnormal, which the instruction reads as zero
     q[1] = core::bf16_to_float(0x8003);
     const int64_t row_bytes = s.bf16_dims * 2 + (s.dim - s.bf16_dims) * 4;
-    std::vector<uint8_t> packed(s.n * row_bytes);
+    const std::vector<uint8_t> packed = pack_rows(kv, s.n, s.dim, s.bf16_dims);
     std::vector<const uint8_t*> rows;
-    for (int64_t j = 0; j < s.n; ++j) {
-      for (int64_t i = 0; i < s.dim; ++i) {
-        float& v = kv[j * s.dim + i];
-        uint8_t* dst = packed.data() + j * row_bytes;
-        if (i < s.bf16_dims) {
-          v = core::round_to_bf16(v);
-          const uint16_t b = core::float_to_bf16(v);
-          std::memcpy(dst + 2 * i, &b, 2);
-        } else {
-          std::memcpy(dst + 2 * s.bf16_dims + 4 * (i - s.bf16_dims), &v, 4);
-        }
-      }
-      rows.push_back(packed.data() + ((j * 7) % s.n) * row_bytes);
-    }
+    for (int64_t j = 0; j < s.n; ++j) rows.push_back(packed.data() + ((j * 7) % s.n) * row_bytes);
     SinkAttention a;
     a.q = q.data(); a.heads = s.heads; a.dim = s.dim; a.packed = rows.data(); a.packed_bf16 = s.bf16_dims;
     a.n = s.n; a.sink = sink.data(); a.scale = 0.1f; a.bf16_logits = true;

@@ -92,8 +92,15 @@ test('streamed tool calls validate, one call with parallel_tool_calls false', as
 test('a named tool choice calls that tool; the SDK parse helper reads the arguments', async () => {
   let finished = 0;
   for (let seed = 21; seed <= 24; ++seed) {
-    const r = await file.client.chat.completions.parse(
-      request(seed, { tool_choice: { type: 'function', function: { name: 'set_mode' } } }));
+    let r;
+    try {
+      r = await file.client.chat.completions.parse(
+        request(seed, { tool_choice: { type: 'function', function: { name: 'set_mode' } } }));
+    } catch (e) {
+      // The parse helper throws for an output cut at max_tokens (finish_reason "length"): not finished.
+      if (e?.constructor?.name === 'LengthFinishReasonError') continue;
+      throw e;
+    }
     const c = r.choices[0];
     if (c.finish_reason !== 'tool_calls') continue;
     ++finished;

@@ -16,8 +16,10 @@
 #if DSINFER_ENGINE_HAVE_V41
 #include "engine/deepseek_v41/v41_runner.h"
 #endif
+#include "kernels/cpu/linear_bf16dot.h"
 #include "kernels/cpu/targets.h"
 #include "model/deepseek_v4/compressed_block.h"
+#include "model/numerics_revision.h"
 
 namespace dsinfer::engine {
 namespace {
@@ -66,10 +68,14 @@ class V4Runner final : public ModelRunner {
     hc_dim_ = s.hc_dim();
     info_.identity = std::move(identity);
     // The SIMD target is part of the numerics: no two targets give the same bits (lane count sets the
-    // summation order, FMA or not), so a cache shared across machines must not mix them.
+    // summation order, FMA or not), so a cache shared across machines must not mix them; nor builds
+    // whose numerics differ (the revision), nor CPUs with and without AVX-512 BF16 (fast numerics use
+    // bf16 dots only where the CPU has them).
     info_.cache_layout = core::str_cat(s.blocks->describe(), "; window ", s.window, "; numerics ",
                                        s.numerics.describe(), "; mtp ", s.has_mtp, "; simd ",
-                                       kernels::current_target_name());
+                                       kernels::current_target_name(), "; bf16 dots ",
+                                       kernels::bf16dot_hardware() ? "on" : "off", "; numerics revision ",
+                                       model::kNumericsRevision);
     info_.vocab_size = static_cast<int32_t>(s.vocab);
     info_.eos_token_id = static_cast<int32_t>(s.config.eos_token_id);
     info_.max_context = s.config.max_position_embeddings;

@@ -8,8 +8,10 @@
 #include "core/error.h"
 #include "engine/deepseek_v4/v4_runner.h"
 #include "engine/deepseek_v41/v41_state_codec.h"
+#include "kernels/cpu/linear_bf16dot.h"
 #include "kernels/cpu/targets.h"
 #include "model/checkpoint.h"
+#include "model/numerics_revision.h"
 
 namespace dsinfer::engine {
 namespace {
@@ -40,10 +42,12 @@ std::string describe_layout(const model::ModelConfig& c, bool qdq) {
     const model::LayerRoles& r = c.layer_roles(L);
     ratios += core::str_cat(L ? "," : "", r.ratio, r.owns_compressor ? "s" : "");
   }
-  // The SIMD target is part of the numerics (summation order, FMA): a cache must not mix targets.
+  // The SIMD target is part of the numerics (summation order, FMA): a cache must not mix targets, nor
+  // builds of other numerics (the revision) or CPUs with and without AVX-512 BF16 (the fast head).
   return core::str_cat("v41 state ranges v1; block 128; window ", c.sliding_window, "; ratios ", ratios,
                        "; fp32 window/compressed KV, qdq ", qdq ? "on" : "off", "; engram ", c.engram ? 1 : 0,
-                       "; simd ", kernels::current_target_name());
+                       "; simd ", kernels::current_target_name(), "; bf16 dots ",
+                       kernels::bf16dot_hardware() ? "on" : "off", "; numerics revision ", model::kNumericsRevision);
 }
 
 // One runner may serve several engines at once (bench-serve): the prepared weights are shared by all

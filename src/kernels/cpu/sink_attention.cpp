@@ -148,11 +148,17 @@ void HeadBlockPV(const SinkAttention& a, const R& rw, int64_t h0, const float* s
   }
 }
 
+// Float bits whose high half is the bf16 rounded to nearest even (finite, non-NaN values).
+template <class DU, class VU>
+HWY_INLINE VU RoundedToBf16High(DU du, VU u) {
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  return hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb));
+}
+
 // q's bf16 dims rounded to nearest even (core::float_to_bf16 for the finite values q holds).
 void QToBf16(const SinkAttention& a, uint16_t* qb) {
   const hn::ScalableTag<float> d;
   const hn::RebindToUnsigned<decltype(d)> du;
-  const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<uint16_t, decltype(d)> d16;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d)), nb = a.packed_bf16;
   for (int64_t h = 0; h < a.heads; ++h) {
@@ -160,10 +166,8 @@ void QToBf16(const SinkAttention& a, uint16_t* qb) {
     uint16_t* out = qb + h * nb;
     int64_t i = 0;
     for (; i + N <= nb; i += N) {
-      const auto u = hn::BitCast(du, hn::LoadU(d, q + i));
-      const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-      const auto r = hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
-      hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, r)), d16, out + i);
+      const auto r = hn::ShiftRight<16>(RoundedToBf16High(du, hn::BitCast(du, hn::LoadU(d, q + i))));
+      hn::StoreU(hn::TruncateTo(d16, r), d16, out + i);
     }
     for (; i < nb; ++i) out[i] = core::float_to_bf16(q[i]);
   }
@@ -295,8 +299,7 @@ void Attend(const SinkAttention& a, const R& rw) {
       auto e = hn::Exp(d, hn::Max(hn::Sub(hn::LoadU(d, sh + j), vm), exp_floor));
       if (a.bf16_probs) {  // round to nearest even at bit 16 (values finite, non-negative)
         auto u = hn::BitCast(du, e);
-        const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-        u = hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)), hn::Set(du, 0xFFFF0000u));
+        u = hn::And(RoundedToBf16High(du, u), hn::Set(du, 0xFFFF0000u));
         e = hn::BitCast(d, u);
       }
       hn::StoreU(e, d, sh + j);
@@ -349,7 +352,7 @@ void check_rows(const SinkAttention& a) {
                                         a.packed_bf16 % kSinkPackedAlign == 0),
                 "sink attention: packed rows' bf16 dims (", a.packed_bf16, ") must be a multiple of ",
                 kSinkPackedAlign, " within the ", a.dim, " dims");
-  DSINFER_CHECK(!a.bf16_logits || (a.packed != nullptr && a.packed_bf16 % 32 == 0),
+  DSINFER_CHECK(!a.bf16_logits || (a.packed != nullptr && a.packed_bf16 % kSinkBf16LogitsAlign == 0),
                 "sink attention: bf16 logits need packed rows with a multiple of 32 bf16 dims, not ", a.packed_bf16);
 }
 

@@ -25,9 +25,9 @@ struct SinkAttention {
   // vector of dims lies in one part).
   const uint8_t* const* packed = nullptr;
   int64_t packed_bf16 = 0;
-  // Fast numerics, packed rows with packed_bf16 % 32 == 0: each logit's bf16 dims as one vdpbf16ps
-  // chain against q rounded to bf16 (the reference kernel's bf16 q), its fp32 dims as before
-  // (sink_logit_bf16_model is the exact order; CPUs without AVX-512 BF16 run that model).
+  // Fast numerics, packed rows with packed_bf16 a multiple of kSinkBf16LogitsAlign: each logit's bf16
+  // dims as one vdpbf16ps chain against q rounded to bf16 (the reference kernel's bf16 q), its fp32
+  // dims as before (sink_logit_bf16_model is the exact order; CPUs without AVX-512 BF16 run that model).
   bool bf16_logits = false;
   int64_t n = 0;
   const float* sink = nullptr;        // [heads]
@@ -49,6 +49,7 @@ inline int64_t sink_attention_scratch(const SinkAttention& a) {
 float sink_logit_bf16_model(const uint16_t* qb, const float* q, const uint8_t* row, int64_t bf16_dims, int64_t dim);
 
 inline constexpr int64_t kSinkPackedAlign = 16;
+inline constexpr int64_t kSinkBf16LogitsAlign = 32;  // bf16 dims per vdpbf16ps step
 
 // Dim i of a packed row with bf16_dims leading bf16 values.
 inline float packed_row_value(const uint8_t* row, int64_t bf16_dims, int64_t i) {

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "kernels/cpu/linear_bf16dot.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cpu/sink_attention.h"
 
 namespace dsinfer::model::deepseek_v4 {
 
@@ -102,7 +103,7 @@ ModelShape ModelShape::build(const ModelConfig& c, const Numerics& numerics, int
 
   s.kv = KvCodec(s.head_dim, s.rope_dim, numerics.kv_qdq, numerics.reference(), kKvFp8Block);
   s.bf16_logits = numerics.fast() && kernels::bf16dot_hardware() && s.kv.packed_bf16_dims() > 0 &&
-                  s.kv.packed_bf16_dims() % 32 == 0;
+                  s.kv.packed_bf16_dims() % kernels::kSinkBf16LogitsAlign == 0;
   s.key = IndexKeyCodec(s.index_dim, numerics.kv_qdq, kIndexKeyFp4Block);
   std::vector<int64_t> ratios;
   for (int64_t l = 0; l < s.n_layers; ++l) ratios.push_back(s.layers[l].ratio);

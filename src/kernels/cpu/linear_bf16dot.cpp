@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kernels/cpu/linear_bf16dot.h"
 #include "kernels/cpu/linear_bf16dot_scalar.h"
+#include "kernels/cpu/linear_packed.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -27,7 +28,11 @@ namespace dsinfer::kernels::detail {
 
 struct Bf16DotPacked {
   int64_t rows = 0, cols = 0, panels = 0, pairs = 0;
-  std::vector<uint32_t> lanes;  // [panels][pairs][16]
+  // [panels][pairs][16] u32 lanes, on 2 MiB pages like the other packed weights: the MEDIUM head (265 MB)
+  // on 4 KiB pages ended every hardware prefetch stream at a page edge.
+  Bytes data;
+  uint32_t* lanes() const { return reinterpret_cast<uint32_t*>(data.get()); }
+  int64_t lane_count() const { return panels * pairs * 16; }
 };
 
 bool bf16dot_hw_allowed();
@@ -104,11 +109,11 @@ void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, f
     for (int64_t p = p_begin; p < p_end;) {
       const int np = p + 4 <= p_end ? 4 : 1;
       const int64_t next_lines = next ? std::min<int64_t>(4, p_end - p - np) * w.pairs : 0;  // 64 B each
-      const char* pf = reinterpret_cast<const char*>(w.lanes.data() + (p + np) * stride);
+      const char* pf = reinterpret_cast<const char*>(w.lanes() + (p + np) * stride);
       int64_t pf_line = 0;
       for (int64_t m = 0; m < M;) {
         const int mr = m + 4 <= M ? 4 : 1;
-        const uint32_t* panel = w.lanes.data() + p * stride;
+        const uint32_t* panel = w.lanes() + p * stride;
         const uint32_t* xp = xpairs + m * w.pairs;
         const int64_t steps = std::clamp<int64_t>((next_lines - pf_line + pf_per_step - 1) / pf_per_step, 0, w.pairs);
         const char* pfl = pf + pf_line * 64;
@@ -133,7 +138,7 @@ void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, f
 #endif
   float out[16];
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const uint32_t* panel = w.lanes.data() + p * stride;
+    const uint32_t* panel = w.lanes() + p * stride;
     const int64_t count = std::min<int64_t>(16, w.rows - p * 16);
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, 16, xpairs + m * w.pairs, w.pairs);
@@ -202,17 +207,18 @@ Bf16DotLinear::Bf16DotLinear(const WeightView& w) {
   p->cols = w.cols;
   p->panels = (w.rows + 15) / 16;
   p->pairs = (w.cols + 1) / 2;
-  p->lanes.assign(p->panels * p->pairs * 16, 0);
+  p->data = detail::allocate_bytes(p->lane_count() * 4);  // zeroed: the padding rows and odd partner
+  uint32_t* lanes = p->lanes();
   for (int64_t r = 0; r < w.rows; ++r)
     for (int64_t kp = 0; kp < p->pairs; ++kp)
-      p->lanes[((r / 16) * p->pairs + kp) * 16 + r % 16] =
+      lanes[((r / 16) * p->pairs + kp) * 16 + r % 16] =
           weight_bits(w, r, 2 * kp) | (uint32_t{weight_bits(w, r, 2 * kp + 1)} << 16);
   packed_ = std::move(p);
 }
 
 int64_t Bf16DotLinear::rows() const { return packed_ ? packed_->rows : 0; }
 int64_t Bf16DotLinear::cols() const { return packed_ ? packed_->cols : 0; }
-int64_t Bf16DotLinear::bytes() const { return packed_ ? static_cast<int64_t>(packed_->lanes.size() * 4) : 0; }
+int64_t Bf16DotLinear::bytes() const { return packed_ ? packed_->lane_count() * 4 : 0; }
 
 void Bf16DotLinear::forward_rows(const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy, int64_t row_begin,
                                  int64_t row_end) const {

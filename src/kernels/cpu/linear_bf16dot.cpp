@@ -1,5 +1,5 @@
-// Bf16DotLinear: packing (panels of 16 rows, per k-pair 16 u32 lanes: bf16(W[r][2kp]) | bf16(W[r][2kp+1])
-// << 16), the oracle, and the per-target kernel (vdpbf16ps where the CPU has AVX-512 BF16).
+// Bf16DotLinear: packing (stream groups of 16-row panels; per k-pair 16 u32 lanes a panel, bf16(W[r][2kp]) |
+// bf16(W[r][2kp+1]) << 16), the oracle, and the per-target kernel (vdpbf16ps where the CPU has AVX-512 BF16).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,13 +26,26 @@
 #define DSINFER_BF16DOT_ONCE
 namespace dsinfer::kernels::detail {
 
+// Panels of 16 rows in stream groups of kStreamPanels: per k-pair the group's panels' 16 u32 lanes lie side
+// by side, so a one-row product reads each group (and a thread's run of groups) as one linear stream.
+// Four panels kept in four streams (each panel whole before the next) reached 41-48 GB/s on a machine
+// whose read probe gave 51-55; one stream 49-54 (two threads, alternated runs).
+inline constexpr int64_t kStreamPanels = 4;
+
 struct Bf16DotPacked {
   int64_t rows = 0, cols = 0, panels = 0, pairs = 0;
-  // [panels][pairs][16] u32 lanes, on 2 MiB pages like the other packed weights: the MEDIUM head (265 MB)
-  // on 4 KiB pages ended every hardware prefetch stream at a page edge.
+  // On 2 MiB pages like the other packed weights: 4 KiB pages end every hardware prefetch stream at a
+  // page edge.
   Bytes data;
-  uint32_t* lanes() const { return reinterpret_cast<uint32_t*>(data.get()); }
+  const uint32_t* lanes() const { return reinterpret_cast<const uint32_t*>(data.get()); }
   int64_t lane_count() const { return panels * pairs * 16; }
+  // Panels in panel p's stream group, and the u32 lanes from one of its k-pairs to the next.
+  int64_t group_width(int64_t p) const { return std::min(kStreamPanels, panels - p / kStreamPanels * kStreamPanels); }
+  int64_t kp_stride(int64_t p) const { return group_width(p) * 16; }
+  // Offset of panel p's lanes for k-pair 0 (lane r at + r, k-pair kp at + kp * kp_stride(p)).
+  int64_t panel_offset(int64_t p) const {
+    return p / kStreamPanels * kStreamPanels * pairs * 16 + p % kStreamPanels * 16;
+  }
 };
 
 bool bf16dot_hw_allowed();
@@ -47,14 +60,15 @@ namespace HWY_NAMESPACE {
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
 constexpr int64_t kPrefetchLanes = 256;  // u32 lanes: 1 KB
 
-// NP panels × MR rows of x: NP·MR independent accumulators hide the latency of the chained vdpbf16ps
-// and each weight load serves MR rows. Every output is still its own chain over kp ascending.
+// NP adjacent panels of a stream group × MR rows of x: NP·MR independent accumulators hide the latency
+// of the chained vdpbf16ps and each weight load serves MR rows. Every output is still its own chain
+// over kp ascending. kp_stride: the group's u32 lanes per k-pair.
 // PF = 0: each panel's stream is prefetched kPrefetchLanes ahead. PF = 1 or 2: the tile is one of
 // several passes of x rows over the same panels (already in L2), so it prefetches PF lines per step
 // of the next group's panels instead, the first pf_steps steps from pf: the next group's memory
 // stream is spread over the compute of every pass, not crowded into the first.
 template <int NP, int MR, int PF>
-__attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void TileHw(const uint32_t* panel0, int64_t panel_stride,
+__attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void TileHw(const uint32_t* panel0, int64_t kp_stride,
                                                                 int64_t pairs, const uint32_t* xp0, int64_t x_stride,
                                                                 float* out /* [MR][NP][16] */,
                                                                 const char* pf = nullptr, int64_t pf_steps = 0) {
@@ -68,13 +82,11 @@ __attribute__((target(HWY_TARGET_STR ",avx512bf16"))) void TileHw(const uint32_t
         for (int l = 0; l < PF; ++l) _mm_prefetch(pf + (kp * PF + l) * 64, _MM_HINT_T1);
     }
     for (int p = 0; p < NP; ++p) {
-      // One line per panel per step, kPrefetchLanes ahead: NP interleaved streams of one panel each
-      // (32 KB for the MEDIUM head), which the hardware prefetchers ramp up to late. Into L2: NP·16
-      // lines ahead outnumber the L1 miss buffers (one-row MEDIUM head, one thread: 14.4-15.6 ms with
-      // T0, 10.0-10.1 with T1).
-      if constexpr (PF == 0)
-        _mm_prefetch(reinterpret_cast<const char*>(panel0 + p * panel_stride + kp * 16 + kPrefetchLanes), _MM_HINT_T1);
-      w[p] = _mm512_loadu_si512(panel0 + p * panel_stride + kp * 16);
+      const uint32_t* lane = panel0 + kp * kp_stride + p * 16;
+      // Each line kPrefetchLanes ahead of its use. Into L2: that many lines ahead outnumber the L1 miss
+      // buffers (one-row MEDIUM head, one thread: 14.4-15.6 ms with T0, 10.0-10.1 with T1).
+      if constexpr (PF == 0) _mm_prefetch(reinterpret_cast<const char*>(lane + kPrefetchLanes), _MM_HINT_T1);
+      w[p] = _mm512_loadu_si512(lane);
     }
     for (int r = 0; r < MR; ++r) {
       const __m512i a = _mm512_set1_epi32(static_cast<int>(xp0[r * x_stride + kp]));
@@ -97,7 +109,6 @@ HWY_INLINE void StorePanel(const Bf16DotPacked& w, int64_t p, const float* out16
 
 void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, float* y, int64_t ldy, int64_t p_begin,
                     int64_t p_end) {
-  const int64_t stride = w.pairs * 16;
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
   if (bf16dot_hw_allowed()) {
     alignas(64) float out[4 * 4 * 16];
@@ -107,21 +118,24 @@ void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, f
     const bool next = M >= 8;
     const int pf_per_step = tiles >= 4 ? 1 : 2;
     for (int64_t p = p_begin; p < p_end;) {
-      const int np = p + 4 <= p_end ? 4 : 1;
+      // A whole stream group in one tile, else (a range that cuts a group, or the last, narrower one)
+      // one panel at a time.
+      const int np = p % kStreamPanels == 0 && w.group_width(p) == 4 && p + 4 <= p_end ? 4 : 1;
       const int64_t next_lines = next ? std::min<int64_t>(4, p_end - p - np) * w.pairs : 0;  // 64 B each
-      const char* pf = reinterpret_cast<const char*>(w.lanes() + (p + np) * stride);
+      const char* pf = reinterpret_cast<const char*>(w.lanes() + (p + np < w.panels ? w.panel_offset(p + np) : 0));
       int64_t pf_line = 0;
+      const uint32_t* panel = w.lanes() + w.panel_offset(p);
+      const int64_t kp_stride = w.kp_stride(p);
       for (int64_t m = 0; m < M;) {
         const int mr = m + 4 <= M ? 4 : 1;
-        const uint32_t* panel = w.lanes() + p * stride;
         const uint32_t* xp = xpairs + m * w.pairs;
         const int64_t steps = std::clamp<int64_t>((next_lines - pf_line + pf_per_step - 1) / pf_per_step, 0, w.pairs);
         const char* pfl = pf + pf_line * 64;
         auto tile = [&]<int PF>(std::integral_constant<int, PF>) {
-          if (np == 4 && mr == 4) TileHw<4, 4, PF>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else if (np == 4) TileHw<4, 1, PF>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else if (mr == 4) TileHw<1, 4, PF>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
-          else TileHw<1, 1, PF>(panel, stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          if (np == 4 && mr == 4) TileHw<4, 4, PF>(panel, kp_stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else if (np == 4) TileHw<4, 1, PF>(panel, kp_stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else if (mr == 4) TileHw<1, 4, PF>(panel, kp_stride, w.pairs, xp, w.pairs, out, pfl, steps);
+          else TileHw<1, 1, PF>(panel, kp_stride, w.pairs, xp, w.pairs, out, pfl, steps);
         };
         if (!next) tile(std::integral_constant<int, 0>{});
         else if (pf_per_step == 1) tile(std::integral_constant<int, 1>{});
@@ -138,10 +152,10 @@ void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, f
 #endif
   float out[16];
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const uint32_t* panel = w.lanes() + p * stride;
+    const uint32_t* panel = w.lanes() + w.panel_offset(p);
     const int64_t count = std::min<int64_t>(16, w.rows - p * 16);
     for (int64_t m = 0; m < M; ++m) {
-      for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, 16, xpairs + m * w.pairs, w.pairs);
+      for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, w.kp_stride(p), xpairs + m * w.pairs, w.pairs);
       StorePanel(w, p, out, y + m * ldy);
     }
   }
@@ -208,10 +222,10 @@ Bf16DotLinear::Bf16DotLinear(const WeightView& w) {
   p->panels = (w.rows + 15) / 16;
   p->pairs = (w.cols + 1) / 2;
   p->data = detail::allocate_bytes(p->lane_count() * 4);  // zeroed: the padding rows and odd partner
-  uint32_t* lanes = p->lanes();
+  auto* lanes = reinterpret_cast<uint32_t*>(p->data.get());
   for (int64_t r = 0; r < w.rows; ++r)
     for (int64_t kp = 0; kp < p->pairs; ++kp)
-      lanes[((r / 16) * p->pairs + kp) * 16 + r % 16] =
+      lanes[p->panel_offset(r / 16) + kp * p->kp_stride(r / 16) + r % 16] =
           weight_bits(w, r, 2 * kp) | (uint32_t{weight_bits(w, r, 2 * kp + 1)} << 16);
   packed_ = std::move(p);
 }

@@ -36,13 +36,14 @@ inline uint16_t x_bf16(float v) {
                                             : core::float_to_bf16(v);
 }
 
-// Byte of code (row r of a panel, column k) in the panel: per k-quad q (64 bytes), 128-bit lane r / 4,
+// Byte of code (row r of a panel, column k) from the panel's start: per k-quad q (64 bytes, quad_stride
+// apart), 128-bit lane r / 4,
 // u32 r % 4 of the lane's first half for k = 4q, 4q+1 and of its second half for 4q+2, 4q+3. Byte
 // unpacks of the decoded low and high bf16 bytes (vpunpck{l,h}bw, per 128-bit lane) then give u32
 // lane r = the row's (k0, k1) pair and, in the second vector, its (k2, k3) pair.
-inline int64_t code_offset(int64_t r, int64_t k) {
+inline int64_t code_offset(int64_t r, int64_t k, int64_t quad_stride) {
   const int64_t j = k % 4;
-  return (k / 4) * 64 + 16 * (r / 4) + 2 * (r % 4) + (j / 2) * 8 + (j % 2);
+  return (k / 4) * quad_stride + 16 * (r / 4) + 2 * (r % 4) + (j / 2) * 8 + (j % 2);
 }
 
 // Rows [r0, r1) of panel p from its 16 outputs, clipped to [row_lo, row_hi).
@@ -131,6 +132,7 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
                                const DecodeTables& t, float* out, NextGroupPrefetch* next) {
   const uint8_t* panel[NP];
   for (int p = 0; p < NP; ++p) panel[p] = w.panel(p0 + p);
+  const int64_t qs = w.quad_stride(p0);  // the tile's panels are of one stream group
   const int64_t kp0 = b * kBlockPairs, kp1 = std::min(w.pairs, kp0 + kBlockPairs);
   __m512 acc[MR][NP];
   for (int r = 0; r < MR; ++r)
@@ -152,8 +154,8 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
       // L2: NP·16 lines ahead outnumber the L1 miss buffers (as in linear_int8_simd.cpp); with T0 a
       // one-row wq_b (8192x512) took 303-315 us on one thread, with T1 228-241.
       if (next == nullptr)
-        _mm_prefetch(reinterpret_cast<const char*>(panel[p] + kp * 32 + kPrefetchBytes), _MM_HINT_T1);
-      DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
+        _mm_prefetch(reinterpret_cast<const char*>(panel[p] + kp / 2 * qs + kPrefetchBytes), _MM_HINT_T1);
+      DecodeQuad(panel[p] + kp / 2 * qs, t, &wa[p], &wb[p]);
     }
     for (int r = 0; r < MR; ++r) {
       const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * xs + kp]));
@@ -164,7 +166,7 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
   }
   if (kp < kp1) {  // the last pair of an odd count: the quad's second half is padding, not used
     __m512i wa[NP], wb[NP];
-    for (int p = 0; p < NP; ++p) DecodeQuad(panel[p] + kp * 32, t, &wa[p], &wb[p]);
+    for (int p = 0; p < NP; ++p) DecodeQuad(panel[p] + kp / 2 * qs, t, &wa[p], &wb[p]);
     for (int r = 0; r < MR; ++r) {
       const __m512i xa = _mm512_set1_epi32(static_cast<int>(xp[r * xs + kp]));
       for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)wa[p], (__m512bh)xa);
@@ -183,9 +185,9 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
   }
 }
 
-// Panels [q, q_end) (at most kGroupPanels) for rows [m, m + MR) in tiles of np <= 16 / MR panels. Scale
+// Panels [q, q_end) (of one stream group) for rows [m, m + MR) in tiles of np <= 16 / MR panels. Scale
 // blocks outer, tiles inner: a block of x (MR rows × 64 pairs) stays in L1 while every tile uses it.
-constexpr int kGroupPanels = 4;
+constexpr int kGroupPanels = kFp8StreamPanels;
 template <int MR>
 DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xp,
                                  int64_t xs, const DecodeTables& t, float* y, int64_t ldy, int64_t row_lo,
@@ -229,17 +231,18 @@ template <int MR>
 DSINFER_FP8BF16_HW void Fp8RowTileHw(const Fp8Bf16Weight& w, int64_t p, const uint32_t* xb, int64_t block_stride,
                                      const DecodeTables& t, float* out) {
   const uint8_t* panel = w.panel(p);
+  const int64_t qs = w.quad_stride(p);
   for (int r = 0; r < MR; ++r) _mm512_storeu_ps(out + r * 16, _mm512_setzero_ps());
   for (int64_t b = 0; b < w.scale_cols; ++b) {
     const int64_t kp0 = b * kBlockPairs, n = std::min(w.pairs, kp0 + kBlockPairs) - kp0;
     const uint32_t* xr = xb + b * block_stride;
-    const uint8_t* wq = panel + kp0 * 32;
+    const uint8_t* wq = panel + kp0 / 2 * qs;
     __m512 acc[MR];
     for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 2 <= n; i += 2) {
       __m512i wa, wb;
-      DecodeQuad(wq + i * 32, t, &wa, &wb);
+      DecodeQuad(wq + i / 2 * qs, t, &wa, &wb);
       // Every row's first pair, then every row's second: the MR chains interleave.
       for (int r = 0; r < MR; ++r)
         acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)wa, (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[r * kBlockPairs + i])));
@@ -249,7 +252,7 @@ DSINFER_FP8BF16_HW void Fp8RowTileHw(const Fp8Bf16Weight& w, int64_t p, const ui
     }
     if (i < n) {  // the last pair of an odd count: the quad's second half is padding, not used
       __m512i wa, wb;
-      DecodeQuad(wq + i * 32, t, &wa, &wb);
+      DecodeQuad(wq + i / 2 * qs, t, &wa, &wb);
       for (int r = 0; r < MR; ++r)
         acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)wa, (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[r * kBlockPairs + i])));
     }
@@ -329,6 +332,7 @@ void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int64
   float out[kPanelRows];
   for (int64_t p = pb; p < pe; ++p) {
     const uint8_t* panel = w.panel(p);
+    const int64_t qs = w.quad_stride(p);
     for (int64_t m = 0; m < M; ++m) {
       for (int64_t r = 0; r < kPanelRows; ++r) {
         float acc = 0.0f;
@@ -336,7 +340,8 @@ void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int64
           const int64_t kp0 = b * kBlockPairs, n = std::min(w.pairs, kp0 + kBlockPairs) - kp0;
           for (int64_t i = 0; i < n; ++i) {
             const int64_t k = 2 * (kp0 + i);
-            lanes[i] = fp8_bf16_bits(panel[code_offset(r, k)]) | (uint32_t{fp8_bf16_bits(panel[code_offset(r, k + 1)])} << 16);
+            lanes[i] = fp8_bf16_bits(panel[code_offset(r, k, qs)]) |
+                       (uint32_t{fp8_bf16_bits(panel[code_offset(r, k + 1, qs)])} << 16);
           }
           acc = std::fma(bf16dot_scalar(lanes, 1, xp + m * xs + kp0, n), panel_scale(w, p, b), acc);
         }
@@ -361,8 +366,8 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int6
     // panels decoded per step, passes of x over the group), so the passes end with it in L2.
     const int64_t passes = M / 16 + (M % 16 >= 8) + (M % 8 >= 4) + (M % 4 >= 2) + (M % 2);
     const int np_max = M >= 16 ? 1 : (M >= 8 ? 2 : 4);
-    for (int64_t p = pb; p < pe; p += kGroupPanels) {
-      const int64_t q_end = std::min(pe, p + kGroupPanels);
+    for (int64_t p = pb, q_end = 0; p < pe; p = q_end) {
+      q_end = std::min(pe, (p / kGroupPanels + 1) * kGroupPanels);  // to the end of p's stream group
       NextGroupPrefetch next;
       NextGroupPrefetch* next_ptr = nullptr;
       if (M >= 8) {
@@ -512,11 +517,12 @@ std::unique_ptr<Fp8Bf16Weight> pack_fp8bf16(const WeightView& w) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t n = 0; n < w.rows; ++n) {
     const uint8_t* row = src + n * w.cols;
-    uint8_t* dst = p->data.get() + (n / kPanelRows) * p->panel_bytes;
+    uint8_t* dst = p->data.get() + p->panel_offset(n / kPanelRows);
+    const int64_t qs = p->quad_stride(n / kPanelRows);
     for (int64_t k = 0; k < w.cols; ++k) {
       DSINFER_CHECK((row[k] & 0x7F) != 0x7F, "linear '", w.name, "': weight [", n, ", ", k,
                     "] is the FP8 E4M3 NaN code 0x", (row[k] == 0xFF ? "FF" : "7F"));
-      dst[code_offset(n % kPanelRows, k)] = row[k];
+      dst[code_offset(n % kPanelRows, k, qs)] = row[k];
     }
   }
   return p;

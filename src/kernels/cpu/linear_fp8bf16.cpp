@@ -62,13 +62,6 @@ inline float panel_scale(const Fp8Bf16Weight& w, int64_t p, int64_t b) {
 
 bool fp8bf16_hw_allowed();
 
-// Row stride (u32 pairs) of the converted x of a decode-sized product: whole cache lines plus one. The
-// tiles read one pair of up to 16 rows per step; at the unpadded stride of K = 2048 (4 KiB) every row
-// maps to the same L1 set, more rows than the cache has ways, and the 16-row products of wo_a and
-// wo_b ran at half the rate of wq_b's (K = 512) in bench_linear. The extra line moves each row to the
-// next set.
-inline int64_t x_pairs_stride(int64_t pairs) { return (pairs + 15) / 16 * 16 + 16; }
-
 // The decode tables' bytes: low and high byte of the exact bf16 of each 7-bit magnitude (0x7F, NaN, as 0).
 struct DecodeBytes {
   alignas(64) uint8_t lo[128];
@@ -126,14 +119,18 @@ DSINFER_FP8BF16_HW HWY_INLINE void DecodeQuad(const uint8_t* p, const DecodeTabl
 
 // MR rows of x × NP panels from panel p0, scale block b: MR·NP fresh vdpbf16ps chains (each weight
 // decode serves MR rows, each broadcast of x NP panels), then one FMA per output into out [MR][NP][16]
-// (memory, leaving the registers to the chains and the decode).
+// (memory, leaving the registers to the chains and the decode). xb: the block's pairs of the MR rows,
+// kBlockPairs apart (the row blocks of fp8bf16_to_row_blocks), so one base register and constant
+// offsets address every row's broadcast (with a row stride in a register, 16 row pointers spilled).
 template <int MR, int NP>
-DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, const uint32_t* xp, int64_t xs,
-                               const DecodeTables& t, float* out, NextGroupPrefetch* next) {
+DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b, const uint32_t* xb,
+                                  const DecodeTables& t, float* out, NextGroupPrefetch* next) {
   const uint8_t* panel[NP];
   for (int p = 0; p < NP; ++p) panel[p] = w.panel(p0 + p);
   const int64_t qs = w.quad_stride(p0);  // the tile's panels are of one stream group
   const int64_t kp0 = b * kBlockPairs, kp1 = std::min(w.pairs, kp0 + kBlockPairs);
+  const uint32_t* xp = xb - kp0;  // row r's pair kp at xp[r * kBlockPairs + kp]
+  constexpr int64_t xs = kBlockPairs;
   __m512 acc[MR][NP];
   for (int r = 0; r < MR; ++r)
     for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -188,10 +185,11 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
 // Panels [q, q_end) (of one stream group) for rows [m, m + MR) in tiles of np <= 16 / MR panels. Scale
 // blocks outer, tiles inner: a block of x (MR rows × 64 pairs) stays in L1 while every tile uses it.
 constexpr int kGroupPanels = kFp8StreamPanels;
+// xb: row blocks of x from the tile's first row (block b at + b · kBlockPairs · rows_total).
 template <int MR>
-DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xp,
-                                 int64_t xs, const DecodeTables& t, float* y, int64_t ldy, int64_t row_lo,
-                                 int64_t row_hi, NextGroupPrefetch* next) {
+DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xb,
+                                    int64_t rows_total, const DecodeTables& t, float* y, int64_t ldy, int64_t row_lo,
+                                    int64_t row_hi, NextGroupPrefetch* next) {
   constexpr int kMaxNp = MR >= 16 ? 1 : (MR >= 8 ? 2 : 4);
   alignas(64) float out[kGroupPanels * MR * 16];  // tile i: [MR][np][16] from its first panel's (p - q) * MR * 16
   int64_t tile_q[kGroupPanels];
@@ -204,14 +202,15 @@ DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q
   }
   std::memset(out, 0, sizeof(out));
   for (int64_t b = 0; b < w.scale_cols; ++b) {
+    const uint32_t* xblock = xb + b * kBlockPairs * rows_total;
     for (int i = 0; i < tiles; ++i) {
       float* o = out + (tile_q[i] - q) * MR * 16;
       if (tile_np[i] == 4) {
-        Fp8TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xp, xs, t, o, next);
+        Fp8TileHw<MR, (kMaxNp >= 4 ? 4 : 1)>(w, tile_q[i], b, xblock, t, o, next);
       } else if (tile_np[i] == 2) {
-        Fp8TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xp, xs, t, o, next);
+        Fp8TileHw<MR, (kMaxNp >= 2 ? 2 : 1)>(w, tile_q[i], b, xblock, t, o, next);
       } else {
-        Fp8TileHw<MR, 1>(w, tile_q[i], b, xp, xs, t, o, next);
+        Fp8TileHw<MR, 1>(w, tile_q[i], b, xblock, t, o, next);
       }
     }
   }
@@ -222,7 +221,7 @@ DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q
                          row_lo, row_hi);
 }
 
-// Many rows of x (prefill): x converted once per product into column blocks (Fp8RowBlocks below), so
+// Many rows of x (prefill): x converted once per product into column blocks (ToRowBlocks below), so
 // the 64 pairs of one block of MR rows are MR·256 contiguous bytes: row-strided x at K = 2048 put every
 // row of a tile into the same L1 set, and one base register addresses every row's broadcast. One call
 // runs a panel against MR rows over all scale blocks (the same chains and block FMAs as Fp8TileHw, so
@@ -325,15 +324,16 @@ DSINFER_FP8BF16_HW int64_t ToBf16Hw(const float* x, int64_t cols, void* out) {
 }
 #endif
 
-// Scalar fallback on the packed layout: the oracle's loop.
-void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int64_t M, float* y, int64_t ldy,
-                   int64_t pb, int64_t pe, int64_t row_lo, int64_t row_hi) {
+// Scalar fallback on the packed layout and the row blocks of x (rows [m0, m1) of rows_total; y points at
+// row m0): the oracle's loop.
+void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xblocks, int64_t rows_total, int64_t m0, int64_t m1,
+                   float* y, int64_t ldy, int64_t pb, int64_t pe, int64_t row_lo, int64_t row_hi) {
   uint32_t lanes[kBlockPairs];
   float out[kPanelRows];
   for (int64_t p = pb; p < pe; ++p) {
     const uint8_t* panel = w.panel(p);
     const int64_t qs = w.quad_stride(p);
-    for (int64_t m = 0; m < M; ++m) {
+    for (int64_t m = m0; m < m1; ++m) {
       for (int64_t r = 0; r < kPanelRows; ++r) {
         float acc = 0.0f;
         for (int64_t b = 0; b < w.scale_cols; ++b) {
@@ -343,16 +343,18 @@ void ForwardScalar(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int64
             lanes[i] = fp8_bf16_bits(panel[code_offset(r, k, qs)]) |
                        (uint32_t{fp8_bf16_bits(panel[code_offset(r, k + 1, qs)])} << 16);
           }
-          acc = std::fma(bf16dot_scalar(lanes, 1, xp + m * xs + kp0, n), panel_scale(w, p, b), acc);
+          const uint32_t* xr = xblocks + (b * rows_total + m) * kBlockPairs;
+          acc = std::fma(bf16dot_scalar(lanes, 1, xr, n), panel_scale(w, p, b), acc);
         }
         out[r] = acc;
       }
-      store_panel_rows(w, p, out, y + m * ldy, row_lo, row_hi);
+      store_panel_rows(w, p, out, y + (m - m0) * ldy, row_lo, row_hi);
     }
   }
 }
 
-void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int64_t M, float* y, int64_t ldy,
+// M rows of x in row blocks (ToRowBlocks), a decode-sized product.
+void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xblocks, int64_t M, float* y, int64_t ldy,
                     int64_t row_lo, int64_t row_hi) {
   const int64_t pb = row_lo / kPanelRows, pe = (row_hi + kPanelRows - 1) / kPanelRows;
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX3
@@ -378,22 +380,22 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int6
       }
       for (int64_t m = 0; m < M;) {
         const int64_t left = M - m;
-        const uint32_t* xm = xp + m * xs;
+        const uint32_t* xm = xblocks + m * kBlockPairs;
         float* ym = y + m * ldy;
         if (left >= 16) {
-          Fp8PanelsHw<16>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
+          Fp8PanelsHw<16>(w, p, q_end, xm, M, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 16;
         } else if (left >= 8) {
-          Fp8PanelsHw<8>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
+          Fp8PanelsHw<8>(w, p, q_end, xm, M, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 8;
         } else if (left >= 4) {
-          Fp8PanelsHw<4>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
+          Fp8PanelsHw<4>(w, p, q_end, xm, M, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 4;
         } else if (left >= 2) {
-          Fp8PanelsHw<2>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
+          Fp8PanelsHw<2>(w, p, q_end, xm, M, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 2;
         } else {
-          Fp8PanelsHw<1>(w, p, q_end, xm, xs, t, ym, ldy, row_lo, row_hi, next_ptr);
+          Fp8PanelsHw<1>(w, p, q_end, xm, M, t, ym, ldy, row_lo, row_hi, next_ptr);
           m += 1;
         }
       }
@@ -401,7 +403,7 @@ void Fp8Bf16Forward(const Fp8Bf16Weight& w, const uint32_t* xp, int64_t xs, int6
     return;
   }
 #endif
-  ForwardScalar(w, xp, xs, M, y, ldy, pb, pe, row_lo, row_hi);
+  ForwardScalar(w, xblocks, M, 0, M, y, ldy, pb, pe, row_lo, row_hi);
 }
 
 typedef uint16_t __attribute__((may_alias)) U16Alias;
@@ -420,7 +422,7 @@ void ToPairs(const float* x, int64_t M, int64_t ldx, int64_t cols, int64_t pairs
   }
 }
 
-// x rows to the column blocks of Fp8RowBlocks: block b of row m at out[(b·M + m)·64], its pairs as ToPairs
+// x rows to column blocks: block b of row m at out[(b·M + m)·64], its pairs as ToPairs
 // makes them (a zero partner for an odd last column).
 void ToRowBlocks(const float* x, int64_t M, int64_t ldx, int64_t cols, uint32_t* out) {
   const int64_t blocks = (cols + kFp8Block - 1) / kFp8Block;
@@ -440,13 +442,9 @@ void Fp8Bf16ForwardRows(const Fp8Bf16Weight& w, const uint32_t* xblocks, int64_t
     return;
   }
 #endif
-  // Elsewhere the oracle's loop on row-major pairs (tests; callers take this path only on the hardware).
-  std::vector<uint32_t> xp(static_cast<size_t>((m1 - m0) * w.pairs));
-  for (int64_t m = m0; m < m1; ++m)
-    for (int64_t kp = 0; kp < w.pairs; ++kp)
-      xp[(m - m0) * w.pairs + kp] = xblocks[((kp / kBlockPairs) * rows_total + m) * kBlockPairs + kp % kBlockPairs];
-  ForwardScalar(w, xp.data(), w.pairs, m1 - m0, y, ldy, row_lo / kPanelRows, (row_hi + kPanelRows - 1) / kPanelRows, row_lo,
-                row_hi);
+  // Elsewhere the oracle's loop (tests; callers take this path only on the hardware).
+  ForwardScalar(w, xblocks, rows_total, m0, m1, y, ldy, row_lo / kPanelRows, (row_hi + kPanelRows - 1) / kPanelRows,
+                row_lo, row_hi);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -470,7 +468,6 @@ bool fp8bf16_hw_allowed() {
 }
 
 HWY_EXPORT(Fp8Bf16Forward);
-HWY_EXPORT(ToPairs);
 HWY_EXPORT(Fp8Bf16ForwardRows);
 HWY_EXPORT(ToRowBlocks);
 
@@ -532,10 +529,9 @@ void fp8bf16_forward(const Fp8Bf16Weight& w, const float* x, int64_t M, int64_t 
                      int64_t row_lo, int64_t row_hi) {
   if (M <= 0 || row_lo >= row_hi) return;
   // Not thread_local: a task of a nested parallel region may run another product on this thread.
-  const int64_t xs = x_pairs_stride(w.pairs);
-  std::unique_ptr<uint32_t[]> xp(new uint32_t[static_cast<size_t>(M * xs)]);
-  HWY_DYNAMIC_DISPATCH(ToPairs)(x, M, ldx, w.cols, xs, xp.get());
-  HWY_DYNAMIC_DISPATCH(Fp8Bf16Forward)(w, xp.get(), xs, M, y, ldy, row_lo, row_hi);
+  std::unique_ptr<uint32_t[]> xb(new uint32_t[static_cast<size_t>(fp8bf16_row_blocks_size(w, M))]);
+  HWY_DYNAMIC_DISPATCH(ToRowBlocks)(x, M, ldx, w.cols, xb.get());
+  HWY_DYNAMIC_DISPATCH(Fp8Bf16Forward)(w, xb.get(), M, y, ldy, row_lo, row_hi);
 }
 
 int64_t fp8bf16_row_blocks_size(const Fp8Bf16Weight& w, int64_t M) { return w.scale_cols * M * kBlockPairs; }

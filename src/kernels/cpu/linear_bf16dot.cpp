@@ -26,12 +26,6 @@
 #define DSINFER_BF16DOT_ONCE
 namespace dsinfer::kernels::detail {
 
-// Panels of 16 rows in stream groups of kStreamPanels: per k-pair the group's panels' 16 u32 lanes lie side
-// by side, so a one-row product reads each group (and a thread's run of groups) as one linear stream.
-// Four panels kept in four streams (each panel whole before the next) reached 41-48 GB/s on a machine
-// whose read probe gave 51-55; one stream 49-54 (two threads, alternated runs).
-inline constexpr int64_t kStreamPanels = 4;
-
 struct Bf16DotPacked {
   int64_t rows = 0, cols = 0, panels = 0, pairs = 0;
   // On 2 MiB pages like the other packed weights: 4 KiB pages end every hardware prefetch stream at a
@@ -39,13 +33,10 @@ struct Bf16DotPacked {
   Bytes data;
   const uint32_t* lanes() const { return reinterpret_cast<const uint32_t*>(data.get()); }
   int64_t lane_count() const { return panels * pairs * 16; }
-  // Panels in panel p's stream group, and the u32 lanes from one of its k-pairs to the next.
-  int64_t group_width(int64_t p) const { return std::min(kStreamPanels, panels - p / kStreamPanels * kStreamPanels); }
-  int64_t kp_stride(int64_t p) const { return group_width(p) * 16; }
-  // Offset of panel p's lanes for k-pair 0 (lane r at + r, k-pair kp at + kp * kp_stride(p)).
-  int64_t panel_offset(int64_t p) const {
-    return p / kStreamPanels * kStreamPanels * pairs * 16 + p % kStreamPanels * 16;
-  }
+  // In stream groups (linear_packed.h). The u32 lanes from one of panel p's k-pairs to the next, and
+  // the offset of its lanes for k-pair 0 (lane r at + r, k-pair kp at + kp * kp_stride(p)).
+  int64_t kp_stride(int64_t p) const { return stream_group_width(p, panels) * 16; }
+  int64_t panel_offset(int64_t p) const { return stream_group_offset(p, pairs * 64) / 4; }
 };
 
 bool bf16dot_hw_allowed();
@@ -120,7 +111,7 @@ void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, f
     for (int64_t p = p_begin; p < p_end;) {
       // A whole stream group in one tile, else (a range that cuts a group, or the last, narrower one)
       // one panel at a time.
-      const int np = p % kStreamPanels == 0 && w.group_width(p) == 4 && p + 4 <= p_end ? 4 : 1;
+      const int np = p % kStreamGroupPanels == 0 && stream_group_width(p, w.panels) == 4 && p + 4 <= p_end ? 4 : 1;
       const int64_t next_lines = next ? std::min<int64_t>(4, p_end - p - np) * w.pairs : 0;  // 64 B each
       const char* pf = reinterpret_cast<const char*>(w.lanes() + (p + np < w.panels ? w.panel_offset(p + np) : 0));
       int64_t pf_line = 0;
@@ -153,9 +144,9 @@ void Bf16DotForward(const Bf16DotPacked& w, const uint32_t* xpairs, int64_t M, f
   float out[16];
   for (int64_t p = p_begin; p < p_end; ++p) {
     const uint32_t* panel = w.lanes() + w.panel_offset(p);
-    const int64_t count = std::min<int64_t>(16, w.rows - p * 16);
+    const int64_t count = std::min<int64_t>(16, w.rows - p * 16), kp_stride = w.kp_stride(p);
     for (int64_t m = 0; m < M; ++m) {
-      for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, w.kp_stride(p), xpairs + m * w.pairs, w.pairs);
+      for (int64_t r = 0; r < count; ++r) out[r] = bf16dot_scalar(panel + r, kp_stride, xpairs + m * w.pairs, w.pairs);
       StorePanel(w, p, out, y + m * ldy);
     }
   }

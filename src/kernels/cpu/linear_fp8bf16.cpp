@@ -187,7 +187,7 @@ DSINFER_FP8BF16_HW void Fp8TileHw(const Fp8Bf16Weight& w, int64_t p0, int64_t b,
 
 // Panels [q, q_end) (of one stream group) for rows [m, m + MR) in tiles of np <= 16 / MR panels. Scale
 // blocks outer, tiles inner: a block of x (MR rows × 64 pairs) stays in L1 while every tile uses it.
-constexpr int kGroupPanels = kFp8StreamPanels;
+constexpr int kGroupPanels = kStreamGroupPanels;
 // xb: row blocks of x from the tile's first row (block b at + b · kBlockPairs · rows_total).
 template <int MR>
 DSINFER_FP8BF16_HW void Fp8PanelsHw(const Fp8Bf16Weight& w, int64_t q, int64_t q_end, const uint32_t* xb,

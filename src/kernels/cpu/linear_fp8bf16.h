@@ -16,7 +16,6 @@
 // ask for this product only where fp8bf16_hardware()).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -34,12 +33,7 @@ void fp8bf16_reference(const WeightView& w, const float* x, int64_t M, int64_t l
 
 namespace detail {
 
-// Panels per stream group: per k-quad the group's panels' 64 bytes lie side by side, so a one-row
-// product reads a group (and a thread's run of groups) as one linear stream; four panels each read
-// whole before the next were four short streams, which the hardware prefetchers follow late.
-inline constexpr int64_t kFp8StreamPanels = 4;
-
-// The repacked weight: panels of 16 rows in stream groups, per k-quad 64 bytes of a panel's codes in the
+// The repacked weight: panels of 16 rows in stream groups (linear_packed.h), per k-quad 64 bytes of a panel's codes in the
 // order the decode's byte unpacks want (linear_fp8bf16.cpp, code_offset). Scales f32
 // [ceil(rows/128)][ceil(cols/128)].
 struct Fp8Bf16Weight {
@@ -49,14 +43,10 @@ struct Fp8Bf16Weight {
   Bytes data;
   std::unique_ptr<float[]> scales;
 
-  // Panel p's first k-quad; its k-quad j at + j * quad_stride(p).
-  int64_t panel_offset(int64_t p) const {
-    return p / kFp8StreamPanels * kFp8StreamPanels * panel_bytes + p % kFp8StreamPanels * 64;
-  }
+  // Panel p's first k-quad; its k-quad j at + j * quad_stride(p) (stream groups, linear_packed.h).
+  int64_t panel_offset(int64_t p) const { return stream_group_offset(p, panel_bytes); }
   const uint8_t* panel(int64_t p) const { return data.get() + panel_offset(p); }
-  int64_t quad_stride(int64_t p) const {
-    return std::min(kFp8StreamPanels, panels - p / kFp8StreamPanels * kFp8StreamPanels) * 64;
-  }
+  int64_t quad_stride(int64_t p) const { return stream_group_width(p, panels) * 64; }
   int64_t bytes() const { return panels * panel_bytes + ((rows + kFp8Block - 1) / kFp8Block) * scale_cols * 4; }
 };
 

@@ -28,6 +28,7 @@
 // group, against x scaled by a power of two per row (linear_simd.cpp, "FP4: grouped order").
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -60,6 +61,22 @@ inline constexpr int64_t kArenaChunkBytes = int64_t{32} << 20;
 // Arena chunks mapped now (the one being filled included); a chunk is unmapped once it is no longer
 // being filled and its last slice is freed.
 int64_t arena_chunks_mapped();
+
+// Stream groups (the bf16-dot products of --numerics fast): panels of 16 rows in groups of
+// kStreamGroupPanels whose 64-byte lines of one k-step lie side by side, so a one-row product reads a
+// group (and a thread's run of groups) as one linear stream. Four panels each read whole before the
+// next were four short streams, which the hardware prefetchers follow late: 41-48 GB/s against 49-54
+// as one stream, where the read probe gave 51-55 (two threads, alternated runs).
+inline constexpr int64_t kStreamGroupPanels = 4;
+// Panels in panel p's group (the last group of `panels` may be narrower).
+inline int64_t stream_group_width(int64_t p, int64_t panels) {
+  return std::min(kStreamGroupPanels, panels - p / kStreamGroupPanels * kStreamGroupPanels);
+}
+// Byte offset of panel p's first line when each panel holds panel_bytes; its next line is
+// 64 · stream_group_width(p, panels) further.
+inline int64_t stream_group_offset(int64_t p, int64_t panel_bytes) {
+  return p / kStreamGroupPanels * kStreamGroupPanels * panel_bytes + p % kStreamGroupPanels * 64;
+}
 
 struct PackedWeight {
   WeightFormat format = WeightFormat::kF32;
